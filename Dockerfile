@@ -1,0 +1,48 @@
+# syntax=docker/dockerfile:1
+# One image for every role: `sluice console`, `sluice enforcer`, `sluice migrate`, ...
+#   docker build -t sluice .
+# Stages: the UI (Node) -> the binary with the UI embedded (Go) -> a slim runtime.
+
+# --- 1. UI: web/src -> web/dist ---------------------------------------------------------
+FROM node:20-bookworm-slim AS ui
+WORKDIR /src
+# Vite 8 wants npm 11's handling of optional native packages.
+RUN npm install -g npm@11
+COPY package.json package-lock.json ./
+RUN npm ci
+COPY vite.config.ts tsconfig.json ./
+COPY web/ web/
+RUN npm run build
+
+# --- 2. Go: bin/sluice with web/dist embedded --------------------------------------------
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+# Only the Go tree (the top-level layout is fixed in DESIGN.md), so local
+# node_modules/, .data/ or bin/ never reach the image.
+COPY cmd/ cmd/
+COPY rules/ rules/
+COPY enforcer/ enforcer/
+COPY backend/ backend/
+COPY migrations/ migrations/
+COPY internal/ internal/
+COPY web/*.go web/
+COPY --from=ui /src/web/dist/ web/dist/
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o /out/sluice ./cmd/sluice
+
+# --- 3. Runtime ----------------------------------------------------------------------------
+FROM debian:bookworm-slim
+# curl is for the health checks (docker-compose.yml); ca-certificates for TLS to Postgres/Redis.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates curl \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --home-dir /var/lib/sluice --create-home --shell /usr/sbin/nologin sluice
+COPY --from=build /out/sluice /usr/local/bin/sluice
+USER sluice
+WORKDIR /var/lib/sluice
+# Console :8080; enforcer HTTP :8081 and gRPC :8082.
+EXPOSE 8080 8081 8082
+# The enforcer keeps its last-known-good ruleset here (--state-dir).
+VOLUME ["/var/lib/sluice"]
+ENTRYPOINT ["/usr/local/bin/sluice"]

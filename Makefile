@@ -1,0 +1,71 @@
+# Sluice developer tasks.
+#
+#   make run     Postgres + Redis, build UI and binary, run everything on this machine
+#   make test    go vet + all Go tests against real Postgres and Redis (no Node needed)
+#   make build   UI (web/dist) + bin/sluice
+#   make clean   remove build output (keeps node_modules and .data)
+#
+# scripts/services.sh finds or starts Postgres and Redis (DATABASE_URL and REDIS_URL
+# win when set) and writes the URLs it settled on to .data/env, which recipes source.
+
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+
+ENV := .data/env
+UI_SOURCES := $(shell find web/src web/public -type f 2>/dev/null) web/index.html \
+	package.json vite.config.ts tsconfig.json
+
+.PHONY: all build ui run test ui-test services stop-services clean clean-data
+
+all: build
+
+## Services ---------------------------------------------------------------------------
+
+services:
+	@bash scripts/services.sh
+
+# Stops only the private instances that scripts/services.sh started under .data/.
+stop-services:
+	@bash scripts/services.sh stop
+
+## UI (Svelte + Vite, web/src -> web/dist, embedded by web/embed.go) --------------------
+
+ui: web/dist/index.html
+
+# npm ci again only when the manifest or the lock file changed.
+node_modules/.installed: package.json package-lock.json
+	@bash scripts/ensure-node.sh
+	npm ci
+	@touch $@
+
+web/dist/index.html: node_modules/.installed $(UI_SOURCES)
+	npm run build
+
+ui-test: node_modules/.installed
+	npm test
+
+## Go ----------------------------------------------------------------------------------
+
+build: ui
+	$(GO) build -o bin/sluice ./cmd/sluice
+
+# Console on :8080, enforcer on :8081 (HTTP) and :8082 (gRPC), demo rules; Ctrl-C stops.
+# The app uses database "sluice" on the server that services.sh settled on.
+run: services build
+	. ./$(ENV) && DATABASE_URL="$$APP_DATABASE_URL" exec bin/sluice dev
+
+test: services
+	. ./$(ENV) && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+	@# >>> UI TESTS GO HERE (later): run `npm test` via `make ui-test` after the Go tests.
+	@# >>> They need Node, the Go tests must not: keep this the only Node step in `test`.
+
+## Housekeeping ------------------------------------------------------------------------
+
+clean:
+	rm -rf bin
+	find web/dist -mindepth 1 ! -name .gitkeep -delete
+
+# Also drops the private Postgres/Redis data (only what services.sh created under .data/).
+clean-data: stop-services
+	rm -rf .data

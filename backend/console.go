@@ -1,0 +1,100 @@
+// Package backend is the Sluice console: it wires the Postgres store, the
+// REST API, the node push hub and the embedded UI into one server.
+package backend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/backend/api"
+	"github.com/sluicehq/sluice/backend/hub"
+	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/web"
+)
+
+// Config is the console's configuration.
+type Config struct {
+	Listen        string
+	DatabaseURL   string
+	AdminPassword string // creates user admin on a first start with no users
+	SecureCookies bool
+}
+
+// Run migrates the database, bootstraps the admin user if there are no
+// users, and serves until ctx ends. ready, if set, is called with the bound
+// address once the server accepts connections. Messages meant for the
+// operator (a generated admin password) go to out.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready func(net.Addr)) error {
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	if err := bootstrapAdmin(ctx, st, cfg.AdminPassword, out); err != nil {
+		return err
+	}
+	h := hub.New(st, log)
+	handler := api.New(api.Config{Store: st, Hub: h, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies})
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	log.Info("console listening", "address", ln.Addr().String())
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	// Node streams are hijacked connections that Shutdown does not wait for;
+	// they end because their request contexts derive from ctx.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	return nil
+}
+
+func bootstrapAdmin(ctx context.Context, st *store.Store, password string, out io.Writer) error {
+	n, err := st.CountUsers(ctx)
+	if err != nil || n > 0 {
+		return err
+	}
+	generated := password == ""
+	if generated {
+		b := make([]byte, 18)
+		rand.Read(b)
+		password = base64.RawURLEncoding.EncodeToString(b)
+	}
+	if _, err := st.CreateUser(ctx, "admin", password, store.RoleAdmin, store.Actor{Name: "system:bootstrap"}); err != nil {
+		return fmt.Errorf("create admin user: %w", err)
+	}
+	if generated {
+		fmt.Fprintf(out, "Created user admin with password %s (shown once; set SLUICE_ADMIN_PASSWORD to choose it)\n", password)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+// Package store is the console's Postgres storage: ruleset versions, domain
+// revisions, users, sessions, API tokens, the audit chain and the node
+// registry. It is the only package that uses gorm; it returns plain Go types.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Store is the console's database.
+type Store struct {
+	db  *gorm.DB
+	sql *sql.DB
+}
+
+// Open connects to Postgres. It does not migrate; call Migrate.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	db, err := gorm.Open(postgres.Open(databaseURL), &gorm.Config{
+		TranslateError:         true,
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+		NowFunc:                func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	sqlDB.SetMaxOpenConns(20)
+	sqlDB.SetMaxIdleConns(10)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	if err := sqlDB.PingContext(ctx); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return &Store{db: db, sql: sqlDB}, nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.sql.Close() }
+
+// Migrate applies pending migrations and refuses a newer schema.
+func (s *Store) Migrate(ctx context.Context) error { return migrations.Up(ctx, s.sql) }
+
+// Ready reports whether the database answers and is migrated to this
+// binary's schema.
+func (s *Store) Ready(ctx context.Context) error {
+	if err := s.sql.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping database: %w", err)
+	}
+	return migrations.Check(ctx, s.sql)
+}
+
+// notFound maps gorm's not-found error to rules.ErrNotFound.
+func notFound(err error, what string) error {
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return fmt.Errorf("%s: %w", what, rules.ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

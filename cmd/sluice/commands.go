@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver for migrate
+
+	"github.com/sluicehq/sluice/backend"
+	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/rules"
+)
+
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"
+
+func runConsole(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var cfg backend.Config
+	var logLevel string
+	var printConfig bool
+	fs := newFlagSet("console", getenv, stderr)
+	fs.string(&cfg.Listen, "listen", "SLUICE_LISTEN", ":8080", "address to serve the API and UI on")
+	fs.string(&cfg.DatabaseURL, "database-url", "DATABASE_URL", defaultDatabaseURL, "Postgres URL")
+	fs.string(&cfg.AdminPassword, "admin-password", "SLUICE_ADMIN_PASSWORD", "", "password of user admin, created on a first start with no users")
+	fs.bool(&cfg.SecureCookies, "secure-cookies", "SLUICE_SECURE_COOKIES", false, "mark session cookies Secure (serving behind TLS)")
+	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if printConfig {
+		pw := ""
+		if cfg.AdminPassword != "" {
+			pw = "xxxxx"
+		}
+		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\nlog_level=%s\n",
+			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, logLevel)
+		return nil
+	}
+	log, err := newLogger(logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	return backend.Run(ctx, cfg, log, stdout, nil)
+}
+
+func enforcerFlags(fs *flagSet, cfg *enforcer.Config) {
+	fs.string(&cfg.ConsoleURL, "console-url", "SLUICE_CONSOLE_URL", "http://127.0.0.1:8080", "console base URL")
+	fs.string(&cfg.NodeToken, "node-token", "SLUICE_NODE_TOKEN", "", "API token with role node")
+	host, _ := os.Hostname()
+	fs.string(&cfg.NodeID, "node-id", "SLUICE_NODE_ID", host, "this node's id, unique among enforcers")
+	fs.string(&cfg.RedisURL, "redis-url", "REDIS_URL", "redis://127.0.0.1:6379/0", "redis://host:port/db; host:port,host:port or redis+cluster://... for Redis Cluster")
+	fs.string(&cfg.HTTPAddr, "listen", "SLUICE_LISTEN", ":8081", "HTTP check API address")
+	fs.string(&cfg.GRPCAddr, "grpc-listen", "SLUICE_GRPC_LISTEN", ":8082", "gRPC rate limit service address")
+	fs.string(&cfg.StateDir, "state-dir", "SLUICE_STATE_DIR", "/var/lib/sluice", "directory for the last-known-good ruleset")
+}
+
+func runEnforcer(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var cfg enforcer.Config
+	var logLevel, labels string
+	var printConfig bool
+	fs := newFlagSet("enforcer", getenv, stderr)
+	enforcerFlags(fs, &cfg)
+	fs.string(&labels, "labels", "SLUICE_LABELS", "", "node labels as k=v,k=v")
+	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	var err error
+	if cfg.Labels, err = parseLabels(labels); err != nil {
+		return err
+	}
+	cfg.Build = buildVersion()
+	if printConfig {
+		tok := ""
+		if cfg.NodeToken != "" {
+			tok = "xxxxx"
+		}
+		fmt.Fprintf(stdout, "console_url=%s\nnode_token=%s\nnode_id=%s\nredis_url=%s\nlisten=%s\ngrpc_listen=%s\nstate_dir=%s\nlabels=%s\n",
+			cfg.ConsoleURL, tok, cfg.NodeID, redact(cfg.RedisURL), cfg.HTTPAddr, cfg.GRPCAddr, cfg.StateDir, labels)
+		return nil
+	}
+	if cfg.NodeToken == "" {
+		return fmt.Errorf("enforcer: --node-token (SLUICE_NODE_TOKEN) is required: create one with POST /api/v1/tokens {\"name\":...,\"role\":\"node\"}")
+	}
+	if cfg.NodeID == "" {
+		return fmt.Errorf("enforcer: --node-id (SLUICE_NODE_ID) is required")
+	}
+	log, err := newLogger(logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	limiter.SetLogger(log) // go-redis logs through a process-wide logger
+	return enforcer.Run(ctx, cfg, log, nil)
+}
+
+func parseLabels(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("labels: %q is not key=value", kv)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, nil
+}
+
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var url string
+	fs := newFlagSet("migrate", getenv, stderr)
+	fs.string(&url, "database-url", "DATABASE_URL", defaultDatabaseURL, "Postgres URL")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer db.Close()
+	if err := migrations.Up(ctx, db); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "database migrated")
+	return nil
+}
+
+func runRules(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "check" {
+		fmt.Fprintln(stderr, "usage: sluice rules check FILE...")
+		return exitError{2}
+	}
+	files := args[1:]
+	if len(files) == 0 {
+		fmt.Fprintln(stderr, "usage: sluice rules check FILE...")
+		return exitError{2}
+	}
+	failed := false
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", f, err)
+			failed = true
+			continue
+		}
+		d, err := rules.Parse(f, src)
+		if err == nil {
+			_, err = rules.Compile([]*rules.Domain{d})
+		}
+		if err != nil {
+			failed = true
+			if ve, ok := err.(*rules.ValidationError); ok {
+				for _, p := range ve.Details() {
+					fmt.Fprintln(stdout, p.String())
+				}
+			} else {
+				fmt.Fprintf(stderr, "%s: %v\n", f, err)
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: ok (domain %s)\n", f, d.Name)
+	}
+	if failed {
+		return exitError{1}
+	}
+	return nil
+}
+
+// listenAddr renders a bound address for people: ":8080" → "localhost:8080".
+func listenAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}

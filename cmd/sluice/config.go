@@ -1,0 +1,92 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+)
+
+// flagSet is a FlagSet whose flags take their defaults from the environment.
+type flagSet struct {
+	*flag.FlagSet
+	getenv func(string) string
+}
+
+func newFlagSet(name string, getenv func(string) string, stderr io.Writer) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return &flagSet{FlagSet: fs, getenv: getenv}
+}
+
+// string defines a string flag defaulting to env (or its *_FILE variant,
+// for secrets) and then to def.
+func (f *flagSet) string(p *string, name, env, def, help string) {
+	if v := f.getenv(env); v != "" {
+		def = v
+	} else if path := f.getenv(env + "_FILE"); path != "" {
+		if b, err := os.ReadFile(path); err == nil {
+			def = strings.TrimSpace(string(b))
+		}
+	}
+	f.StringVar(p, name, def, help+" (env "+env+")")
+}
+
+func (f *flagSet) bool(p *bool, name, env string, def bool, help string) {
+	switch strings.ToLower(f.getenv(env)) {
+	case "1", "true", "yes", "on":
+		def = true
+	case "0", "false", "no", "off":
+		def = false
+	}
+	f.BoolVar(p, name, def, help+" (env "+env+")")
+}
+
+// parse parses args; -h prints usage and ends with status 0.
+func (f *flagSet) parse(args []string) error {
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitError{0}
+		}
+		return exitError{2}
+	}
+	return nil
+}
+
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func buildVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v
+}
+
+// redact hides a URL's password for --print-config.
+func redact(s string) string {
+	if i := strings.Index(s, "://"); i >= 0 {
+		if at := strings.LastIndex(s, "@"); at > i {
+			if colon := strings.Index(s[i+3:at], ":"); colon >= 0 {
+				return s[:i+3+colon+1] + "xxxxx" + s[at:]
+			}
+		}
+	}
+	return s
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/backend"
+	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+type node struct{ http, grpc string }
+
+// TestEndToEnd starts a console and two enforcers, publishes a token bucket
+// with burst N and a slow refill, fires 10·N concurrent checks across both
+// nodes and both APIs, and requires exactly N allowed.
+func TestEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dbURL, redisURL, prefix := testenv.PostgresURL(t), testenv.RedisURL(t), testenv.KeyPrefix(t)
+
+	consoleAddr := make(chan net.Addr, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: dbURL, AdminPassword: "e2e-password"}
+		if err := backend.Run(ctx, cfg, log, io.Discard, func(a net.Addr) { consoleAddr <- a }); err != nil {
+			t.Errorf("console: %v", err)
+			consoleAddr <- nil
+		}
+	}()
+	addr := <-consoleAddr
+	if addr == nil {
+		t.FailNow()
+	}
+	base := "http://" + addr.String()
+	admin := login(t, base, "admin", "e2e-password")
+
+	var tok struct {
+		Token string `json:"token"`
+	}
+	admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "e2e-nodes", "role": "node"}, 201, &tok)
+
+	const burst = 20
+	domain := fmt.Sprintf("domain: e2e\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: %d, name: per-user}\n", burst)
+	var pub struct {
+		Version int64 `json:"version"`
+	}
+	admin.mustDo(t, "PUT", "/api/v1/domains/e2e", map[string]any{"yaml": domain, "message": "e2e", "base_version": 0}, 200, &pub)
+
+	nodes := make([]node, 2)
+	for i := range nodes {
+		ready := make(chan node, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := enforcer.Config{ConsoleURL: base, NodeToken: tok.Token, NodeID: fmt.Sprintf("e2e-%d", i), RedisURL: redisURL,
+				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: prefix}
+			err := enforcer.Run(ctx, cfg, log, func(h, g net.Addr) { ready <- node{h.String(), g.String()} })
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("enforcer %d: %v", i, err)
+			}
+		}()
+		select {
+		case nodes[i] = <-ready:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("enforcer %d did not start", i)
+		}
+	}
+
+	// Both nodes must report the published version through the console.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var list struct {
+			Nodes []struct {
+				ID             string `json:"id"`
+				AppliedVersion int64  `json:"applied_version"`
+				Status         string `json:"status"`
+			} `json:"nodes"`
+		}
+		admin.mustDo(t, "GET", "/api/v1/nodes", nil, 200, &list)
+		acked := 0
+		for _, n := range list.Nodes {
+			if n.AppliedVersion == pub.Version && n.Status == "connected" {
+				acked++
+			}
+		}
+		if acked == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes did not ack version %d: %+v", pub.Version, list.Nodes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	grpcClients := make([]rlsv3.RateLimitServiceClient, len(nodes))
+	for i, n := range nodes {
+		conn, err := grpc.NewClient(n.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		grpcClients[i] = rlsv3.NewRateLimitServiceClient(conn)
+	}
+	body := []byte(`{"domain":"e2e","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}`)
+	start := time.Now()
+	var allowed, limited, failed atomic.Int64
+	var fire sync.WaitGroup
+	for i := range 10 * burst {
+		fire.Add(1)
+		go func() {
+			defer fire.Done()
+			n := i % len(nodes)
+			if (i/len(nodes))%2 == 0 {
+				resp, err := http.Post("http://"+nodes[n].http+"/json", "application/json", bytes.NewReader(body))
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case 200:
+					allowed.Add(1)
+				case 429:
+					limited.Add(1)
+				default:
+					failed.Add(1)
+				}
+				return
+			}
+			resp, err := grpcClients[n].ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "e2e",
+				Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "user", Value: "u1"}}}}})
+			switch {
+			case err != nil:
+				failed.Add(1)
+			case resp.OverallCode == rlsv3.RateLimitResponse_OK:
+				allowed.Add(1)
+			case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
+				limited.Add(1)
+			default:
+				failed.Add(1)
+			}
+		}()
+	}
+	fire.Wait()
+	// The bucket refills one token every hour/burst; count what may have refilled.
+	refill := int64(time.Since(start) / (time.Hour / burst))
+	if failed.Load() != 0 {
+		t.Fatalf("%d checks failed", failed.Load())
+	}
+	if got := allowed.Load(); got < burst || got > burst+refill {
+		t.Fatalf("allowed %d of %d checks, want exactly %d (+%d refill)", got, 10*burst, burst, refill)
+	}
+	if got := limited.Load(); got != 10*burst-allowed.Load() {
+		t.Fatalf("limited %d, want %d", got, 10*burst-allowed.Load())
+	}
+}
+
+type client struct {
+	base string
+	http *http.Client
+	csrf string
+}
+
+func login(t *testing.T, base, user, password string) *client {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &client{base: base, http: &http.Client{Jar: jar, Timeout: 10 * time.Second}}
+	var out struct {
+		CSRFToken string `json:"csrf_token"`
+	}
+	c.mustDo(t, "POST", "/api/v1/auth/login", map[string]string{"username": user, "password": password}, 200, &out)
+	c.csrf = out.CSRFToken
+	return c
+}
+
+func (c *client) mustDo(t *testing.T, method, path string, body any, want int, out any) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, c.base+path, r)
+	if c.csrf != "" {
+		req.Header.Set("X-CSRF-Token", c.csrf)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, b, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package checkserver
+
+import (
+	"fmt"
+	"math"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// toRequest turns an RLS request into an engine request. Per-descriptor
+// hits_addend overrides the request's; a descriptor's rate-limit override
+// ("limit") is not supported yet and is ignored; is_negative_hits (refunds)
+// is rejected rather than silently consuming.
+func toRequest(m *rlsv3.RateLimitRequest) (engine.Request, error) {
+	req := engine.Request{
+		Domain:      m.GetDomain(),
+		Descriptors: make([]engine.Descriptor, len(m.GetDescriptors())),
+		Hits:        uint64(m.GetHitsAddend()),
+	}
+	for i, d := range m.GetDescriptors() {
+		if d.GetIsNegativeHits() {
+			return engine.Request{}, fmt.Errorf("%w: descriptors[%d]: is_negative_hits is not supported", engine.ErrInvalidRequest, i)
+		}
+		entries := make([]rules.Entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		req.Descriptors[i].Entries = entries
+		if h := d.GetHitsAddend(); h != nil {
+			v := h.GetValue()
+			req.Descriptors[i].Hits = &v
+		}
+	}
+	return req, nil
+}
+
+// toResponse renders an engine result as an RLS response, with Lyft's
+// conventions: no current_limit when no limit applies, and for an unlimited
+// limit no current_limit and limit_remaining = MaxUint32.
+func toResponse(res engine.Result) *rlsv3.RateLimitResponse {
+	out := &rlsv3.RateLimitResponse{
+		OverallCode: toCode(res.Code),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
+	}
+	for i, s := range res.Statuses {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: toCode(s.Code)}
+		switch {
+		case s.Limit == nil:
+		case s.Limit.Unlimited:
+			st.LimitRemaining = math.MaxUint32
+		default:
+			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+				Name:            s.Limit.Name,
+				RequestsPerUnit: s.Limit.RequestsPerUnit,
+				Unit:            toUnit(s.Limit.Unit),
+			}
+			if !s.StoreFailed {
+				st.LimitRemaining = uint32(min(max(s.Remaining, 0), math.MaxUint32))
+				st.DurationUntilReset = durationpb.New(s.ResetAfter)
+			}
+		}
+		out.Statuses[i] = st
+	}
+	return out
+}
+
+func toCode(c engine.Code) rlsv3.RateLimitResponse_Code {
+	switch c {
+	case engine.OK:
+		return rlsv3.RateLimitResponse_OK
+	case engine.OverLimit:
+		return rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return rlsv3.RateLimitResponse_UNKNOWN
+}
+
+func toUnit(u rules.Unit) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch u {
+	case rules.Second:
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case rules.Minute:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case rules.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case rules.Day:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	case rules.Week:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	case rules.Month:
+		return rlsv3.RateLimitResponse_RateLimit_MONTH
+	case rules.Year:
+		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}

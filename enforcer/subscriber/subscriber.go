@@ -1,0 +1,379 @@
+// Package subscriber keeps an enforcer's ruleset in step with the console:
+// it holds the node's websocket subscription (/api/v1/nodes/stream), applies
+// each snapshot the console pushes to the engine atomically, answers with an
+// ack or a nack, and keeps the last applied snapshot on disk so that a node
+// restarted while the console is down enforces at once.
+//
+// It is the only package of the node that imports the websocket library.
+package subscriber
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"nhooyr.io/websocket"
+
+	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/rules/wire"
+)
+
+// StreamPath is the console's node subscription endpoint.
+const StreamPath = "/api/v1/nodes/stream"
+
+// Timing defaults.
+const (
+	DefaultPingInterval = 15 * time.Second
+	DefaultMinBackoff   = 100 * time.Millisecond
+	DefaultMaxBackoff   = 10 * time.Second
+	// writeTimeout bounds sending one message (hello, ack, nack) and one
+	// ping round trip.
+	writeTimeout = 10 * time.Second
+	// dialTimeout bounds the websocket handshake.
+	dialTimeout = 15 * time.Second
+)
+
+// Config configures a Subscriber.
+type Config struct {
+	// ConsoleURL is the console's base URL (http, https, ws or wss); the
+	// stream path is appended to its path.
+	ConsoleURL string
+	// NodeToken is sent as "Authorization: Bearer <token>".
+	NodeToken string
+	// NodeID, Labels and Build are reported in Hello.
+	NodeID string
+	Labels map[string]string
+	Build  string
+	// StateDir keeps snapshot.json, the last applied snapshot. Empty means
+	// nothing is persisted.
+	StateDir string
+
+	// PingInterval is the keepalive period (DefaultPingInterval when zero).
+	PingInterval time.Duration
+	// MinBackoff and MaxBackoff bound the reconnect delay (exponential with
+	// full jitter; defaults DefaultMinBackoff and DefaultMaxBackoff).
+	MinBackoff, MaxBackoff time.Duration
+	// HTTPClient dials the websocket; nil means http.DefaultClient.
+	HTTPClient *http.Client
+}
+
+// Subscriber is a node's subscription to the console.
+type Subscriber struct {
+	cfg       Config
+	streamURL string
+	eng       *engine.Engine
+	log       *slog.Logger
+
+	mu       sync.Mutex // serialises applying snapshots
+	applied  int64      // version applied, guarded by mu
+	checksum string     // checksum of the applied snapshot, guarded by mu
+
+	lastContact atomic.Int64 // unix nanoseconds, 0 = never
+	connected   atomic.Bool
+}
+
+// New returns a Subscriber that applies snapshots to eng. It validates the
+// console URL; nothing is dialled until Run.
+func New(cfg Config, eng *engine.Engine, log *slog.Logger) (*Subscriber, error) {
+	u, err := streamURL(cfg.ConsoleURL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = DefaultMinBackoff
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = cfg.MinBackoff
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Subscriber{cfg: cfg, streamURL: u, eng: eng, log: log}, nil
+}
+
+// streamURL turns the console base URL into the websocket URL of the stream.
+func streamURL(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", fmt.Errorf("console url: %w", err)
+	}
+	switch u.Scheme {
+	case "http", "ws":
+		u.Scheme = "ws"
+	case "https", "wss":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("console url %q: scheme must be http, https, ws or wss", raw)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("console url %q: no host", raw)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + StreamPath
+	u.RawPath = ""
+	u.RawQuery, u.Fragment = "", ""
+	return u.String(), nil
+}
+
+// AppliedVersion returns the ruleset version applied from a snapshot (from
+// the console or the state file), 0 when none.
+func (s *Subscriber) AppliedVersion() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied
+}
+
+// LastContact returns when a message or a pong last arrived from the
+// console; the zero time when never.
+func (s *Subscriber) LastContact() time.Time {
+	n := s.lastContact.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// Connected reports whether the subscription is currently established.
+func (s *Subscriber) Connected() bool { return s.connected.Load() }
+
+func (s *Subscriber) touch() { s.lastContact.Store(time.Now().UnixNano()) }
+
+// Run keeps the subscription up until ctx is done, reconnecting with
+// exponential backoff and full jitter; the backoff restarts after a
+// connection that got as far as sending Hello. It returns nil when ctx ends.
+func (s *Subscriber) Run(ctx context.Context) error {
+	attempt := 0
+	for {
+		connected, err := s.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if connected {
+			attempt = 0
+		}
+		delay := s.backoff(attempt)
+		attempt++
+		s.log.WarnContext(ctx, "console subscription lost; reconnecting",
+			"console_url", s.cfg.ConsoleURL, "retry_in", delay.Round(time.Millisecond).String(), "error", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+	}
+}
+
+// backoff returns a delay uniformly drawn from [0, min(max, min·2^attempt)].
+func (s *Subscriber) backoff(attempt int) time.Duration {
+	ceiling := s.cfg.MaxBackoff
+	if attempt < 30 {
+		if d := s.cfg.MinBackoff << attempt; d > 0 && d < ceiling {
+			ceiling = d
+		}
+	}
+	return rand.N(ceiling + 1)
+}
+
+// session runs one connection until it fails or ctx ends. connected reports
+// whether the handshake and Hello succeeded.
+func (s *Subscriber) session(ctx context.Context) (connected bool, err error) {
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	conn, resp, err := websocket.Dial(dctx, s.streamURL, &websocket.DialOptions{
+		HTTPClient: s.cfg.HTTPClient,
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + s.cfg.NodeToken}},
+	})
+	cancel()
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return false, fmt.Errorf("dial console: HTTP %d: %w", resp.StatusCode, err)
+		}
+		return false, fmt.Errorf("dial console: %w", err)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(wire.MaxMessageBytes)
+
+	// The connection lives on its own context so that ending ctx can close
+	// it with a proper close frame instead of tearing it down.
+	cctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done, closed := make(chan struct{}), make(chan struct{})
+	defer func() {
+		close(done)
+		<-closed // never leave a close handshake running behind us
+	}()
+	go func() {
+		defer close(closed)
+		select {
+		case <-ctx.Done():
+			conn.Close(websocket.StatusGoingAway, "node shutting down")
+		case <-done:
+		}
+	}()
+
+	if err := s.send(cctx, conn, wire.Hello{
+		Type:           wire.TypeHello,
+		Protocol:       wire.ProtocolVersion,
+		NodeID:         s.cfg.NodeID,
+		AppliedVersion: s.AppliedVersion(),
+		Labels:         s.cfg.Labels,
+		Build:          s.cfg.Build,
+	}); err != nil {
+		return false, fmt.Errorf("send hello: %w", err)
+	}
+	s.touch()
+	s.connected.Store(true)
+	defer s.connected.Store(false)
+	s.log.InfoContext(ctx, "subscribed to console", "console_url", s.cfg.ConsoleURL, "applied_version", s.AppliedVersion())
+
+	go s.keepalive(cctx, conn)
+
+	for {
+		typ, data, err := conn.Read(cctx)
+		if err != nil {
+			return true, fmt.Errorf("read: %w", err)
+		}
+		s.touch()
+		if typ != websocket.MessageText {
+			continue
+		}
+		msg, err := wire.Decode(data)
+		if errors.Is(err, wire.ErrUnknownType) {
+			// A newer console may send messages this node does not know.
+			continue
+		}
+		if err != nil {
+			s.log.WarnContext(ctx, "ignoring malformed console message", "error", err)
+			continue
+		}
+		snap, ok := msg.(*wire.Snapshot)
+		if !ok {
+			continue
+		}
+		if err := s.send(cctx, conn, s.handle(snap)); err != nil {
+			return true, fmt.Errorf("answer snapshot %d: %w", snap.Version, err)
+		}
+	}
+}
+
+// keepalive pings the console every PingInterval; a ping that gets no pong
+// in time closes the connection, which ends the session's read loop.
+func (s *Subscriber) keepalive(ctx context.Context, conn *websocket.Conn) {
+	t := time.NewTicker(s.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		err := conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				conn.Close(websocket.StatusGoingAway, "ping timeout")
+			}
+			return
+		}
+		s.touch()
+	}
+}
+
+func (s *Subscriber) send(ctx context.Context, conn *websocket.Conn, msg any) error {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	return conn.Write(wctx, websocket.MessageText, data)
+}
+
+// handle applies snap if it is newer than the applied version and returns
+// the answer for the console: a wire.Ack once the engine enforces it (or
+// already did), a wire.Nack with the reason when it cannot be applied; the
+// engine then keeps its old rules. A snapshot is persisted to the state dir
+// after it is applied; a persist failure is logged but still acked, since
+// the node does enforce the version.
+func (s *Subscriber) handle(snap *wire.Snapshot) any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nack := func(err error) any {
+		s.log.Warn("rejected ruleset snapshot", "version", snap.Version, "applied_version", s.applied, "error", err)
+		return wire.Nack{Type: wire.TypeNack, Version: snap.Version, Error: err.Error()}
+	}
+	switch {
+	case snap.Version <= 0:
+		return nack(fmt.Errorf("invalid version %d", snap.Version))
+	case snap.Version == s.applied && snap.Checksum == s.checksum:
+		return wire.Ack{Type: wire.TypeAck, Version: snap.Version}
+	case snap.Version <= s.applied:
+		return nack(fmt.Errorf("version %d is not newer than the applied version %d", snap.Version, s.applied))
+	}
+	if err := s.apply(snap); err != nil {
+		return nack(err)
+	}
+	if err := s.persist(snap); err != nil {
+		s.log.Error("persist ruleset snapshot", "version", snap.Version, "state_dir", s.cfg.StateDir, "error", err)
+	}
+	s.log.Info("applied ruleset", "version", snap.Version, "domains", len(snap.Domains))
+	return wire.Ack{Type: wire.TypeAck, Version: snap.Version}
+}
+
+// apply verifies, parses and compiles snap and swaps it into the engine.
+// Caller holds s.mu.
+func (s *Subscriber) apply(snap *wire.Snapshot) error {
+	set, err := Compile(snap)
+	if err != nil {
+		return err
+	}
+	if err := s.eng.Apply(snap.Version, set); err != nil {
+		return err
+	}
+	s.applied, s.checksum = snap.Version, snap.Checksum
+	return nil
+}
+
+// Compile verifies snap's checksum and compiles its domains into one
+// ruleset. Each domain's YAML must declare the domain it is published as.
+func Compile(snap *wire.Snapshot) (*rules.Set, error) {
+	if got := wire.Checksum(snap.Domains); got != snap.Checksum {
+		return nil, fmt.Errorf("checksum mismatch: computed %s, snapshot says %q", got, snap.Checksum)
+	}
+	domains := make([]*rules.Domain, 0, len(snap.Domains))
+	seen := make(map[string]bool, len(snap.Domains))
+	for _, dc := range snap.Domains {
+		if seen[dc.Name] {
+			return nil, fmt.Errorf("domain %q appears twice", dc.Name)
+		}
+		seen[dc.Name] = true
+		d, err := rules.Parse(dc.Name+".yaml", []byte(dc.YAML))
+		if err != nil {
+			return nil, fmt.Errorf("domain %q: %w", dc.Name, err)
+		}
+		if d.Name != dc.Name {
+			return nil, fmt.Errorf("domain %q: yaml declares domain %q", dc.Name, d.Name)
+		}
+		domains = append(domains, d)
+	}
+	set, err := rules.Compile(domains)
+	if err != nil {
+		return nil, fmt.Errorf("compile ruleset: %w", err)
+	}
+	return set, nil
+}

@@ -1,0 +1,396 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+)
+
+const matchYAML = `
+domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 1000, name: per-key}
+    burst: 1500
+    failure_mode: closed
+    descriptors:
+      - key: route
+        value: /search
+        rate_limit: {unit: minute, requests_per_unit: 100}
+      - key: route
+        value: /api/*
+        rate_limit: {unit: minute, requests_per_unit: 50}
+      - key: route
+        value: /api/admin/*
+        rate_limit: {unit: minute, requests_per_unit: 5}
+      - key: route
+        rate_limit: {unit: minute, requests_per_unit: 500}
+  - key: api_key
+    value: vip
+    rate_limit: {unlimited: true}
+  - key: plan
+    value: free
+    descriptors:
+      - key: user
+        rate_limit: {unit: day, requests_per_unit: 10}
+        shadow_mode: true
+        detailed_metric: true
+  - key: leaf
+    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: per-key}]}
+  - key: tree
+    value: ex*
+    rate_limit: {unit: hour, requests_per_unit: 7}
+  - key: tree
+    value: "*"
+    rate_limit: {unit: hour, requests_per_unit: 8}
+`
+
+func mustSet(t testing.TB, sources ...string) *Set {
+	t.Helper()
+	var domains []*Domain
+	for i, src := range sources {
+		d, err := Parse(fmt.Sprintf("domain%d.yaml", i), []byte(src))
+		if err != nil {
+			t.Fatalf("Parse: %v", err)
+		}
+		domains = append(domains, d)
+	}
+	s, err := Compile(domains)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	return s
+}
+
+// entries parses "k=v,k=v" (a key without "=" has an empty value).
+func entries(s string) []Entry {
+	if s == "" {
+		return nil
+	}
+	var es []Entry
+	for _, kv := range strings.Split(s, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		es = append(es, Entry{Key: k, Value: v})
+	}
+	return es
+}
+
+func TestMatch(t *testing.T) {
+	s := mustSet(t, matchYAML)
+	tests := []struct {
+		name    string
+		domain  string
+		entries string
+		want    string // limit name; "" for no limit
+	}{
+		{"key only", "api", "api_key=k1", "per-key"},
+		{"key only, empty value", "api", "api_key", "per-key"},
+		{"exact beats key only", "api", "api_key=vip", "api_key_vip"},
+		{"nested exact", "api", "api_key=k1,route=/search", "api_key.route_/search"},
+		{"wildcard beats key only", "api", "api_key=k1,route=/api/users", "api_key.route_/api/*"},
+		{"longest wildcard wins", "api", "api_key=k1,route=/api/admin/users", "api_key.route_/api/admin/*"},
+		{"wildcard prefix itself", "api", "api_key=k1,route=/api/", "api_key.route_/api/*"},
+		{"nested key only", "api", "api_key=k1,route=/other", "api_key.route"},
+		{"exact match is not backtracked", "api", "api_key=vip,route=/search", ""},
+		{"no limit on the last node", "api", "plan=free", ""},
+		{"deeper limit", "api", "plan=free,user=u1", "plan_free.user"},
+		{"no match at the first level", "api", "plan=pro,user=u1", ""},
+		{"limit only for the last entry", "api", "leaf=a,more=b", ""},
+		{"leaf with limit", "api", "leaf=a", "leaf"},
+		{"more entries than levels", "api", "api_key=k1,route=/search,extra=z", ""},
+		{"unknown key", "api", "user=u1", ""},
+		{"nested key at the top", "api", "route=/search", ""},
+		{"unknown domain", "web", "api_key=k1", ""},
+		{"no entries", "api", "", ""},
+		{"wildcard value matches itself exactly", "api", "tree=ex*", "tree_ex*"},
+		{"wildcard", "api", "tree=exit", "tree_ex*"},
+		{"bare star is the shortest prefix", "api", "tree=other", "tree_*"},
+		{"bare star matches empty", "api", "tree", "tree_*"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := s.Match(tt.domain, entries(tt.entries))
+			got := ""
+			if l != nil {
+				got = l.Name
+			}
+			if got != tt.want {
+				t.Errorf("Match(%q, %s) = %q, want %q", tt.domain, tt.entries, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMatchLimit(t *testing.T) {
+	s := mustSet(t, matchYAML)
+	tests := []struct {
+		entries string
+		want    *Limit
+	}{
+		{"api_key=k1", &Limit{
+			Domain: "api", Name: "per-key", Unit: Minute, RequestsPerUnit: 1000, Burst: 1500,
+			Algorithm: TokenBucket, FailureMode: FailClosed, Period: time.Minute,
+		}},
+		{"api_key=k1,route=/search", &Limit{
+			Domain: "api", Name: "api_key.route_/search", Unit: Minute, RequestsPerUnit: 100, Burst: 100,
+			Algorithm: TokenBucket, FailureMode: FailOpen, Period: time.Minute,
+		}},
+		{"api_key=vip", &Limit{
+			Domain: "api", Name: "api_key_vip", Unlimited: true, Algorithm: TokenBucket, FailureMode: FailOpen,
+		}},
+		{"plan=free,user=u1", &Limit{
+			Domain: "api", Name: "plan_free.user", Unit: Day, RequestsPerUnit: 10, Burst: 10,
+			Algorithm: TokenBucket, FailureMode: FailOpen, Period: 24 * time.Hour, ShadowMode: true, DetailedMetric: true,
+		}},
+		{"leaf=x", &Limit{
+			Domain: "api", Name: "leaf", Unit: Second, RequestsPerUnit: 1, Burst: 1,
+			Algorithm: TokenBucket, FailureMode: FailOpen, Period: time.Second, Replaces: []string{"per-key"},
+		}},
+	}
+	for _, tt := range tests {
+		if diff := gocmp.Diff(tt.want, s.Match("api", entries(tt.entries))); diff != "" {
+			t.Errorf("Match(%s) (-want +got):\n%s", tt.entries, diff)
+		}
+	}
+}
+
+// TestMatchLyft loads envoyproxy/ratelimit README-style configs unchanged
+// and checks they match as they do there.
+func TestMatchLyft(t *testing.T) {
+	var sources []string
+	for _, f := range []string{"lyft_messaging.yaml", "lyft_edge_proxy.yaml", "lyft_nested.yaml"} {
+		src, err := os.ReadFile("testdata/valid/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources = append(sources, string(src))
+	}
+	s := mustSet(t, sources...)
+	tests := []struct {
+		domain, entries string
+		want            string
+		rpu             uint32
+	}{
+		{"messaging", "message_type=marketing,to_number=2061234567", "message_type_marketing.to_number", 5},
+		{"messaging", "to_number=2061234567", "to_number", 100},
+		{"messaging", "message_type=transactional,to_number=2061234567", "", 0},
+		{"edge_proxy_per_ip", "remote_address=10.0.0.2", "remote_address", 10},
+		{"edge_proxy_per_ip", "remote_address=10.0.0.1", "remote_address_10.0.0.1", 0},
+		{"edge_proxy_per_ip", "remote_address=50.0.0.9", "remote_address_50.0.0.*", 60},
+		{"proxy", "source_cluster=proxy,destination_cluster=bkthomps", "source_cluster_proxy.destination_cluster_bkthomps", 30},
+		{"proxy", "source_cluster=proxy,destination_cluster=mock1", "source_cluster_proxy.destination_cluster_mock*", 100},
+		{"proxy", "source_cluster=proxy,destination_cluster=mock_special_1", "source_cluster_proxy.destination_cluster_mock_special*", 200},
+		{"proxy", "source_cluster=proxy,destination_cluster=other", "source_cluster_proxy.destination_cluster", 1000},
+		{"proxy", "api_key=a,path=/x", "per-path", 20},
+		{"proxy", "api_key=a,path=/health", "api_key.path_/health", 200},
+	}
+	for _, tt := range tests {
+		l := s.Match(tt.domain, entries(tt.entries))
+		var name string
+		var rpu uint32
+		if l != nil {
+			name, rpu = l.Name, l.RequestsPerUnit
+		}
+		if name != tt.want || rpu != tt.rpu {
+			t.Errorf("Match(%s, %s) = %q %d, want %q %d", tt.domain, tt.entries, name, rpu, tt.want, tt.rpu)
+		}
+	}
+	if l := s.Match("proxy", entries("api_key=a,path=/health")); !slices.Equal(l.Replaces, []string{"per-path"}) {
+		t.Errorf("Replaces = %q, want [per-path]", l.Replaces)
+	}
+	if l := s.Match("edge_proxy_per_ip", entries("remote_address=50.0.0.9")); !l.ShadowMode || !l.DetailedMetric {
+		t.Errorf("shadow_mode, detailed_metric = %t, %t; want both", l.ShadowMode, l.DetailedMetric)
+	}
+}
+
+func TestMatchAllocs(t *testing.T) {
+	s := mustSet(t, matchYAML)
+	for _, q := range []string{"api_key=k1", "api_key=k1,route=/api/admin/x", "plan=pro,user=u1", "api_key=k1,route=/other"} {
+		es := entries(q)
+		if n := testing.AllocsPerRun(100, func() { s.Match("api", es) }); n != 0 {
+			t.Errorf("Match(%s) allocates %v times", q, n)
+		}
+	}
+}
+
+func TestSet(t *testing.T) {
+	s := mustSet(t, matchYAML, "domain: web\ndescriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]", "domain: empty")
+	if got, want := s.Domains(), []string{"api", "empty", "web"}; !slices.Equal(got, want) {
+		t.Errorf("Domains() = %q, want %q", got, want)
+	}
+	if got, want := s.Len(), 11; got != want {
+		t.Errorf("Len() = %d, want %d", got, want)
+	}
+	s.Domains()[0] = "changed"
+	if s.Domains()[0] != "api" {
+		t.Errorf("Domains() shares the set's slice")
+	}
+
+	var none *Set
+	if none.Match("api", entries("a=b")) != nil || none.Len() != 0 || none.Domains() != nil {
+		t.Errorf("a nil *Set is not empty")
+	}
+	empty, err := Compile(nil)
+	if err != nil || empty.Len() != 0 || empty.Match("api", entries("a=b")) != nil {
+		t.Errorf("Compile(nil) = %v, %v; want an empty set", empty, err)
+	}
+}
+
+func TestCompileInvalid(t *testing.T) {
+	cyclic := make([]Descriptor, 1)
+	cyclic[0] = Descriptor{Key: "loop", Descriptors: cyclic}
+
+	many := make([]Descriptor, MaxDescriptors+1)
+	for i := range many {
+		many[i] = Descriptor{Key: "k", Value: fmt.Sprint(i)}
+	}
+
+	ok := &Domain{Name: "ok"}
+	tests := []struct {
+		name    string
+		domains []*Domain
+		want    []string // Problem.String()s
+	}{
+		{"nil domain", []*Domain{nil}, []string{"domains[0]: domain is nil"}},
+		{"twice", []*Domain{ok, {Name: "ok"}}, []string{`ok: domain: domain "ok" is given twice`}},
+		{"unit", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k", RateLimit: &RateLimit{Unit: "fortnight", RequestsPerUnit: 1}}}}},
+			[]string{`a: descriptors[0].rate_limit.unit: "fortnight" is not a unit (second, minute, hour, day, week, month, year)`}},
+		{"zero", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k", RateLimit: &RateLimit{Unit: Second}}}}},
+			[]string{"a: descriptors[0].rate_limit.requests_per_unit: requests_per_unit must be greater than 0"}},
+		{"too much", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k", Burst: 2e9, RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 2e9}}}}},
+			[]string{"a: descriptors[0].rate_limit.requests_per_unit: requests_per_unit must be at most 1000000000", "a: descriptors[0].burst: burst must be at most 1000000000"}},
+		{"duplicate", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k"}, {Key: "k"}}}},
+			[]string{`a: descriptors[1]: duplicate descriptor: key "k" without a value is already at descriptors[0]`}},
+		{"no name", []*Domain{{}}, []string{"domain: domain is required"}},
+		{"cycle", []*Domain{{Name: "a", Descriptors: cyclic}},
+			[]string{"a: descriptors" + strings.Repeat("[0].descriptors", MaxDepth) + ": descriptors nest more than 16 levels deep"}},
+		{"many", []*Domain{{Name: "a", Descriptors: many}}, []string{"a: descriptors[100000]: a domain may have at most 100000 descriptors"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Compile(tt.domains)
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Compile = %v, %v; want a *ValidationError", s, err)
+			}
+			var got []string
+			for _, p := range ve.Problems {
+				got = append(got, p.String())
+			}
+			if diff := gocmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCompileCopies checks that a Set does not change with the domains it
+// was compiled from.
+func TestCompileCopies(t *testing.T) {
+	d := &Domain{Name: "a", Descriptors: []Descriptor{{Key: "k", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 1, Replaces: []string{"x"}}}, {Key: "x", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 1}}}}
+	s, err := Compile([]*Domain{d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Descriptors[0].RateLimit.Replaces[0] = "changed"
+	d.Descriptors[0].RateLimit.RequestsPerUnit = 99
+	if l := s.Match("a", entries("k=v")); l.Replaces[0] != "x" || l.RequestsPerUnit != 1 {
+		t.Errorf("the set changed with its domain: %+v", l)
+	}
+}
+
+// benchSet builds 100 domains of 100 limits each: key-only, exact values,
+// nested levels and wildcards, as real configs mix them.
+func benchSet(b *testing.B) (*Set, []benchQuery) {
+	b.Helper()
+	var domains []*Domain
+	for d := range 100 {
+		var y strings.Builder
+		fmt.Fprintf(&y, "domain: d%d\ndescriptors:\n", d)
+		y.WriteString("  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
+		for i := range 50 {
+			fmt.Fprintf(&y, "  - key: api_key\n    value: k%d\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", i, 100+i)
+		}
+		for p := range 10 {
+			fmt.Fprintf(&y, "  - key: plan\n    value: p%d\n    rate_limit: {unit: day, requests_per_unit: 10000}\n    descriptors:\n", p)
+			y.WriteString("      - {key: route, value: /search, rate_limit: {unit: minute, requests_per_unit: 100}}\n")
+			y.WriteString("      - {key: route, value: /api/*, rate_limit: {unit: minute, requests_per_unit: 50}}\n")
+			y.WriteString("      - {key: route, rate_limit: {unit: minute, requests_per_unit: 500}}\n")
+		}
+		for u := range 9 {
+			fmt.Fprintf(&y, "  - key: user\n    value: u%d*\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n", u+1)
+		}
+		dom, err := Parse("bench.yaml", []byte(y.String()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		domains = append(domains, dom)
+	}
+	s, err := Compile(domains)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if s.Len() != 10_000 {
+		b.Fatalf("Len() = %d, want 10000", s.Len())
+	}
+	var qs []benchQuery
+	for d := range 100 {
+		dom := fmt.Sprintf("d%d", d)
+		for _, q := range []string{
+			"remote_address=10.1.2.3",           // key only
+			fmt.Sprintf("api_key=k%d", d%50),    // exact
+			"api_key=unknown",                   // miss
+			fmt.Sprintf("plan=p%d", d%10),       // exact
+			"plan=p3,route=/search",             // nested exact
+			"plan=p7,route=/api/v1/users/12345", // nested wildcard
+			"plan=p1,route=/other",              // nested key only
+			"user=u512345",                      // wildcard among 9
+			"user=zzz",                          // wildcard miss
+		} {
+			qs = append(qs, benchQuery{dom, entries(q)})
+		}
+	}
+	return s, qs
+}
+
+type benchQuery struct {
+	domain  string
+	entries []Entry
+}
+
+// BenchmarkMatch matches request descriptors against 10,000 limits in 100
+// domains.
+func BenchmarkMatch(b *testing.B) {
+	s, qs := benchSet(b)
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			q := qs[i%len(qs)]
+			s.Match(q.domain, q.entries)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var matched atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			n := int64(0)
+			for i := 0; pb.Next(); i++ {
+				q := qs[i%len(qs)]
+				if s.Match(q.domain, q.entries) != nil {
+					n++
+				}
+			}
+			matched.Add(n)
+		})
+		if b.N >= len(qs) && matched.Load() == 0 {
+			b.Error("nothing matched")
+		}
+	})
+}

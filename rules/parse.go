@@ -1,0 +1,573 @@
+package rules
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The fields each level of a domain file accepts.
+var (
+	topFields        = []string{"domain", "descriptors"}
+	descriptorFields = []string{
+		"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
+		"value_to_metric", // Lyft: only changes its metric names, so Sluice accepts and ignores it
+		"algorithm", "burst", "failure_mode",
+	}
+	rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
+	replacesFields  = []string{"name"}
+)
+
+// notYet are fields Sluice means to accept later. Naming them gives a better
+// message than "unknown field", and they must not be ignored silently:
+// share_threshold changes what is counted, on_limit how a limit answers.
+var notYet = []string{"on_limit", "share_threshold"}
+
+// maxProblems bounds the problems one Parse reports, so a huge broken file
+// cannot produce a huge error.
+const maxProblems = 1000
+
+// Parse parses and validates one domain's YAML: envoyproxy/ratelimit's format
+// plus Sluice's algorithm, burst and failure_mode. file names the source in
+// problems. Units are case-insensitive, as in Lyft; everything else is exact.
+// Lyft's value_to_metric, which only renames metrics, is accepted and ignored.
+//
+// An invalid document yields a *ValidationError listing every problem found,
+// each with its line, column and path. YAML anchors and aliases are refused.
+func Parse(file string, src []byte) (*Domain, error) {
+	if len(src) > MaxSourceBytes {
+		return nil, oneProblem(file, 1, 1, fmt.Sprintf("file is %d bytes; the limit is %d", len(src), MaxSourceBytes))
+	}
+	if line, col, msg := badText(src); msg != "" {
+		return nil, oneProblem(file, line, col, msg)
+	}
+	root, extra, err := parseYAML(src)
+	if err != nil {
+		line, col, msg := syntaxProblem(src, err)
+		return nil, oneProblem(file, line, col, msg)
+	}
+
+	p := &parser{file: file, bad: map[string]bool{}, covered: map[string]bool{}}
+	if extra != nil {
+		// Not p.fail: the first document's own problems still count.
+		line, col := position(extra)
+		p.problems = append(p.problems, Problem{File: file, Line: line, Column: col, Message: "a file holds one domain: remove the second YAML document"})
+	}
+	d := p.domain(root)
+	for _, prob := range validate(d) {
+		// A field that failed to decode has a zero value the checker would
+		// complain about again.
+		if p.reported(prob.Path) {
+			continue
+		}
+		prob.File = file
+		prob.Line, prob.Column = position(nodeAt(root, prob.Path))
+		p.problems = append(p.problems, prob)
+	}
+	if len(p.problems) == 0 {
+		return d, nil
+	}
+	slices.SortStableFunc(p.problems, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
+	})
+	if n := len(p.problems); n > maxProblems {
+		p.problems = append(p.problems[:maxProblems], Problem{File: file, Message: fmt.Sprintf("%d more problems not shown", n-maxProblems)})
+	}
+	return nil, &ValidationError{Problems: p.problems}
+}
+
+func oneProblem(file string, line, col int, msg string) *ValidationError {
+	return &ValidationError{Problems: []Problem{{File: file, Line: line, Column: col, Message: msg}}}
+}
+
+// parseYAML parses src into nodes. root is nil for an empty document; extra
+// is the start of a later, non-empty document, if there is one.
+func parseYAML(src []byte) (root, extra *yaml.Node, err error) {
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	for {
+		var doc yaml.Node
+		switch err := dec.Decode(&doc); {
+		case errors.Is(err, io.EOF):
+			return root, nil, nil
+		case err != nil:
+			return nil, nil, err
+		case len(doc.Content) == 0 || isNull(doc.Content[0]):
+			// An empty document, as after a trailing "---": nothing to say.
+		case root != nil:
+			return root, doc.Content[0], nil
+		default:
+			root = doc.Content[0]
+		}
+	}
+}
+
+// parser walks the YAML nodes of one document into a Domain, reporting
+// problems of shape (unknown fields, wrong types, missing fields).
+type parser struct {
+	file     string
+	problems []Problem
+	bad      map[string]bool // paths with a problem
+	// covered are paths of required fields an unknown field was probably
+	// meant to be (a typo, a misplaced field): one problem says it all.
+	covered map[string]bool
+	count   int // descriptors decoded
+}
+
+// require reports a missing required field, unless an unknown field already
+// stands for it.
+func (p *parser) require(n *yaml.Node, path, msg string) {
+	if p.covered[path] {
+		p.bad[path] = true // and the checker need not say it either
+		return
+	}
+	p.fail(n, path, msg)
+}
+
+func (p *parser) fail(n *yaml.Node, path, msg string) {
+	line, col := position(n)
+	p.problems = append(p.problems, Problem{File: p.file, Line: line, Column: col, Path: path, Message: msg})
+	p.bad[path] = true
+}
+
+// reported says whether path or one of its parents already has a problem.
+func (p *parser) reported(path string) bool {
+	for {
+		if p.bad[path] {
+			return true
+		}
+		if path == "" {
+			return false
+		}
+		path = parent(path)
+	}
+}
+
+func (p *parser) domain(root *yaml.Node) *Domain {
+	d := &Domain{}
+	if root == nil {
+		p.fail(nil, "domain", "domain is required")
+		return d
+	}
+	f := p.mapping(root, "", `the file (a mapping with "domain" and "descriptors")`, topFields)
+	if f == nil {
+		return d
+	}
+	if v := f["domain"]; isNull(v) {
+		p.require(cmp.Or(v, root), "domain", "domain is required")
+	} else {
+		d.Name = p.text(v, "domain", "domain")
+	}
+	if v := f["descriptors"]; !isNull(v) {
+		d.Descriptors = p.descriptors(v, "descriptors", 1)
+	}
+	return d
+}
+
+func (p *parser) descriptors(n *yaml.Node, path string, depth int) []Descriptor {
+	if !p.plain(n, path) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.fail(n, path, "descriptors must be a list, not "+describe(n))
+		return nil
+	}
+	if depth > MaxDepth {
+		p.fail(n, path, depthMessage)
+		return nil
+	}
+	ds := make([]Descriptor, 0, len(n.Content))
+	for i, item := range n.Content {
+		p.count++
+		if p.count > MaxDescriptors {
+			if p.count == MaxDescriptors+1 {
+				p.fail(item, index(path, i), countMessage)
+			}
+			break
+		}
+		// Every item gets a slot, valid or not, so paths stay aligned with
+		// the checker's.
+		ds = append(ds, p.descriptor(item, index(path, i), depth))
+	}
+	return ds
+}
+
+func (p *parser) descriptor(n *yaml.Node, path string, depth int) Descriptor {
+	var d Descriptor
+	f := p.mapping(n, path, "a descriptor", descriptorFields)
+	if f == nil {
+		return d
+	}
+	if v := f["key"]; isNull(v) {
+		p.require(cmp.Or(v, n), join(path, "key"), "key is required")
+	} else {
+		d.Key = p.text(v, join(path, "key"), "key")
+	}
+	if v := f["value"]; !isNull(v) {
+		d.Value = p.text(v, join(path, "value"), "value")
+	}
+	if v := f["rate_limit"]; !isNull(v) {
+		d.RateLimit = p.rateLimit(v, join(path, "rate_limit"))
+	}
+	if v := f["shadow_mode"]; !isNull(v) {
+		d.ShadowMode, _ = p.boolean(v, join(path, "shadow_mode"), "shadow_mode")
+	}
+	if v := f["detailed_metric"]; !isNull(v) {
+		d.DetailedMetric, _ = p.boolean(v, join(path, "detailed_metric"), "detailed_metric")
+	}
+	if v := f["value_to_metric"]; !isNull(v) {
+		p.boolean(v, join(path, "value_to_metric"), "value_to_metric")
+	}
+	if v := f["algorithm"]; !isNull(v) {
+		d.Algorithm = Algorithm(p.text(v, join(path, "algorithm"), "algorithm"))
+	}
+	if v := f["burst"]; !isNull(v) {
+		d.Burst = p.count32(v, join(path, "burst"), "burst")
+	}
+	if v := f["failure_mode"]; !isNull(v) {
+		d.FailureMode = FailureMode(p.text(v, join(path, "failure_mode"), "failure_mode"))
+	}
+	if v := f["descriptors"]; !isNull(v) {
+		d.Descriptors = p.descriptors(v, join(path, "descriptors"), depth+1)
+	}
+	return d
+}
+
+func (p *parser) rateLimit(n *yaml.Node, path string) *RateLimit {
+	f := p.mapping(n, path, "rate_limit", rateLimitFields)
+	if f == nil {
+		return nil
+	}
+	rl := &RateLimit{}
+	// Whether unit and requests_per_unit are required depends on unlimited;
+	// when it is unreadable, neither is required (nor refused).
+	known := true
+	if v := f["unlimited"]; !isNull(v) {
+		rl.Unlimited, known = p.boolean(v, join(path, "unlimited"), "unlimited")
+	}
+	switch v := f["unit"]; {
+	case !isNull(v) && rl.Unlimited:
+		p.fail(v, join(path, "unit"), "an unlimited rate limit takes no unit")
+	case !isNull(v):
+		// Lyft upper-cases units before looking them up, so any case works.
+		rl.Unit = Unit(strings.ToLower(p.text(v, join(path, "unit"), "unit")))
+	case known && !rl.Unlimited:
+		p.require(cmp.Or(v, n), join(path, "unit"), "unit is required "+unitList)
+	}
+	switch v := f["requests_per_unit"]; {
+	case !isNull(v) && rl.Unlimited:
+		p.fail(v, join(path, "requests_per_unit"), "an unlimited rate limit takes no requests_per_unit")
+	case !isNull(v):
+		rl.RequestsPerUnit = p.count32(v, join(path, "requests_per_unit"), "requests_per_unit")
+	case known && !rl.Unlimited:
+		p.require(cmp.Or(v, n), join(path, "requests_per_unit"), "requests_per_unit is required")
+	}
+	if !known {
+		// The checker would otherwise ask for what the user may not need.
+		p.bad[join(path, "unit")] = true
+		p.bad[join(path, "requests_per_unit")] = true
+	}
+	if v := f["name"]; !isNull(v) {
+		rl.Name = p.text(v, join(path, "name"), "name")
+	}
+	if v := f["replaces"]; !isNull(v) {
+		rl.Replaces = p.replaces(v, join(path, "replaces"))
+	}
+	return rl
+}
+
+func (p *parser) replaces(n *yaml.Node, path string) []string {
+	if !p.plain(n, path) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.fail(n, path, "replaces must be a list like [{name: other}], not "+describe(n))
+		return nil
+	}
+	names := make([]string, len(n.Content))
+	for i, item := range n.Content {
+		ip := index(path, i)
+		f := p.mapping(item, ip, "a replaces entry (like {name: other})", replacesFields)
+		if f == nil {
+			continue
+		}
+		if v := f["name"]; isNull(v) {
+			p.require(cmp.Or(v, item), join(ip, "name"), "name is required")
+		} else {
+			names[i] = p.text(v, join(ip, "name"), "name")
+		}
+	}
+	return names
+}
+
+// mapping checks that n is a mapping and returns its values by field name.
+// It reports duplicate and unknown fields; subject names n in messages.
+func (p *parser) mapping(n *yaml.Node, path, subject string, known []string) map[string]*yaml.Node {
+	if !p.plain(n, path) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.fail(n, path, subject+" must be a mapping, not "+describe(n))
+		return nil
+	}
+	fields := make(map[string]*yaml.Node, len(n.Content)/2)
+	keys := make(map[string]*yaml.Node, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if !p.plain(k, path) {
+			continue
+		}
+		if k.Kind != yaml.ScalarNode {
+			p.fail(k, path, "field names must be text, not "+describe(k))
+			continue
+		}
+		name, fp := k.Value, join(path, k.Value)
+		if first, dup := keys[name]; dup {
+			p.fail(k, fp, fmt.Sprintf("duplicate field %s (first at line %d)", quote(name), first.Line))
+			continue
+		}
+		keys[name] = k
+		if !slices.Contains(known, name) {
+			msg, meant := unknownField(name, known)
+			p.fail(k, fp, msg)
+			if meant != "" {
+				p.covered[join(path, meant)] = true
+			}
+			continue
+		}
+		fields[name] = v
+	}
+	return fields
+}
+
+// plain reports anchors and aliases. Refusing them keeps a small document
+// from expanding into a huge one ("billion laughs").
+func (p *parser) plain(n *yaml.Node, path string) bool {
+	switch {
+	case n.Kind == yaml.AliasNode:
+		p.fail(n, path, fmt.Sprintf("aliases (*%s) are not supported; write the value out", n.Value))
+		return false
+	case n.Anchor != "":
+		p.fail(n, path, fmt.Sprintf("anchors (&%s) are not supported", n.Anchor))
+		return false
+	}
+	return true
+}
+
+func (p *parser) text(n *yaml.Node, path, field string) string {
+	if !p.plain(n, path) {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode {
+		p.fail(n, path, field+" must be text, not "+describe(n))
+		return ""
+	}
+	// Like Lyft, take a number or a boolean as the text it is written as.
+	return n.Value
+}
+
+// boolean decodes a flag; ok is false when it could not.
+func (p *parser) boolean(n *yaml.Node, path, field string) (b, ok bool) {
+	if !p.plain(n, path) {
+		return false, false
+	}
+	// Decode accepts YAML 1.1's yes/no/on/off too, as Lyft's yaml.v2 does.
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		p.fail(n, path, field+" must be true or false, not "+describe(n))
+		return false, false
+	}
+	return b, true
+}
+
+// count32 decodes a requests_per_unit or burst.
+func (p *parser) count32(n *yaml.Node, path, field string) uint32 {
+	if !p.plain(n, path) {
+		return 0
+	}
+	tag := n.ShortTag()
+	if n.Kind != yaml.ScalarNode || tag != "!!int" && !(tag == "!!float" && integral(n.Value)) {
+		p.fail(n, path, field+" must be a whole number, not "+describe(n))
+		return 0
+	}
+	var v int64
+	if tag != "!!int" || n.Decode(&v) != nil {
+		// Digits beyond int64 (YAML calls them a float): say which side.
+		v = MaxRequestsPerUnit + 1
+		if strings.HasPrefix(n.Value, "-") {
+			v = -1
+		}
+	}
+	if msg := countProblem(field, v); msg != "" {
+		p.fail(n, path, msg)
+		return 0
+	}
+	return uint32(v)
+}
+
+// integral reports whether s is written as an integer: a sign and digits.
+func integral(s string) bool {
+	digits := strings.TrimLeft(s, "+-")
+	return digits != "" && len(s)-len(digits) <= 1 && strings.Trim(digits, "0123456789_") == ""
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// describe names what n is, for "must be X, not Y" messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return "empty"
+		case "!!int", "!!float", "!!bool":
+			if len(n.Value) <= 32 {
+				return n.Value
+			}
+		}
+		return quote(n.Value)
+	}
+	return "an alias"
+}
+
+// unknownField explains an unknown field name. meant is the path, relative
+// to the mapping, of the field it probably stands for.
+func unknownField(name string, known []string) (msg, meant string) {
+	msg = "unknown field " + quote(name)
+	switch {
+	case slices.Contains(notYet, name):
+		return name + " is not supported yet", ""
+	case slices.Contains(rateLimitFields, name) && !slices.Contains(known, "unit"):
+		return msg + "; it belongs in rate_limit", "rate_limit." + name
+	case slices.Contains(descriptorFields, name) && slices.Contains(known, "unit"):
+		return msg + "; it belongs on the descriptor, beside rate_limit", ""
+	case slices.Contains(descriptorFields, name) && slices.Contains(known, "domain"):
+		return msg + "; it belongs in an item of descriptors", ""
+	case name == "domain":
+		return msg + "; domain belongs at the top of the file", ""
+	}
+	if s := suggest(name, known); s != "" {
+		return msg + " (did you mean " + quote(s) + "?)", s
+	}
+	return msg + " (known fields: " + strings.Join(known, ", ") + ")", ""
+}
+
+// suggest returns the known name closest to name, if it is close enough to be
+// a plausible typo.
+func suggest(name string, known []string) string {
+	if len(name) > 64 {
+		return ""
+	}
+	norm := func(s string) string {
+		return strings.ToLower(strings.NewReplacer("_", "", "-", "", " ", "").Replace(s))
+	}
+	best, bestD := "", 0
+	for _, k := range known {
+		if norm(k) == norm(name) {
+			return k
+		}
+		d := distance(name, k)
+		if (d <= 2 || d*3 <= len(k) || len(name) >= 3 && strings.HasPrefix(k, name)) && (best == "" || d < bestD) {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// distance is the optimal string alignment distance between a and b: edits,
+// with a swap of neighbours counting as one.
+func distance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// nodeAt finds the node a path names, or the deepest node on the way there
+// when the field is missing, so a "required" problem points at its parent.
+func nodeAt(root *yaml.Node, path string) *yaml.Node {
+	n := root
+	if n == nil || path == "" {
+		return n
+	}
+	for _, seg := range strings.Split(path, ".") {
+		name, idx := seg, -1
+		if i := strings.IndexByte(seg, '['); i >= 0 && strings.HasSuffix(seg, "]") {
+			name = seg[:i]
+			idx, _ = strconv.Atoi(seg[i+1 : len(seg)-1])
+		}
+		next := field(n, name)
+		if next == nil {
+			return n
+		}
+		n = next
+		if idx >= 0 {
+			if n.Kind != yaml.SequenceNode || idx >= len(n.Content) {
+				return n
+			}
+			n = n.Content[idx]
+		}
+	}
+	return n
+}
+
+// field returns the value of a mapping's field; for a field written with no
+// value, its key, which is where the reader looks.
+func field(n *yaml.Node, name string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k, v := n.Content[i], n.Content[i+1]; k.Kind == yaml.ScalarNode && k.Value == name {
+			if isNull(v) && v.Value == "" {
+				return k
+			}
+			return v
+		}
+	}
+	return nil
+}
+
+// parent returns the path one level up: a.b[2] → a.b → a.
+func parent(path string) string {
+	i := strings.LastIndexAny(path, ".[")
+	if i < 0 {
+		return ""
+	}
+	return path[:i]
+}
+
+func position(n *yaml.Node) (line, col int) {
+	if n == nil || n.Line == 0 {
+		return 1, 1
+	}
+	return n.Line, n.Column
+}
