@@ -1,11 +1,18 @@
 // The console's REST API, as the UI uses it. Sessions are cookies set by the
 // console; writes also carry the CSRF token that the login answer returns.
-import { errorMessage, type Ruleset } from './format';
+//
+// A 401 on any call but login means the session ended: the handler set with
+// onSessionEnded sends the user back to the sign-in page (drafts are kept in
+// sessionStorage by the editor). Routes that this console does not have yet
+// answer 404 "no such route" or 405; isUnavailable tells those apart so pages
+// can say "not available" instead of failing.
+import { errorMessage } from './format';
 
-/** The CSRF header sent on writes (POST, PUT, DELETE). */
+/** The CSRF header sent on writes (POST, PUT, PATCH, DELETE). */
 export const csrfHeader = 'X-CSRF-Token';
 
 const csrfKey = 'sluice.csrf';
+const base = '/api/v1';
 
 /** APIError is a non-2xx answer from the console. */
 export class APIError extends Error {
@@ -18,14 +25,34 @@ export class APIError extends Error {
     this.status = status;
     this.body = body;
   }
+
+  /** code is the console's error code ("conflict", "invalid", ...), or "". */
+  get code(): string {
+    const e = (this.body as { error?: { code?: unknown } } | null)?.error;
+    return typeof e?.code === 'string' ? e.code : '';
+  }
+
+  /** details is the console's error details (validation problems, conflict info). */
+  get details(): unknown {
+    return (this.body as { error?: { details?: unknown } } | null)?.error?.details;
+  }
 }
 
-/** Me is the signed-in user, as GET /api/v1/me answers. */
-export interface Me {
-  name?: string;
-  username?: string;
-  role?: string;
-  csrf_token?: string;
+/** isUnavailable reports an error that means "this console has no such route". */
+export function isUnavailable(err: unknown): boolean {
+  if (!(err instanceof APIError)) return false;
+  if (err.status === 405 || err.status === 501) return true;
+  if (err.status !== 404) return false;
+  const e = (err.body as { error?: { message?: unknown } } | null)?.error;
+  // The console's NoRoute answer; a missing row says "not found".
+  return e?.message === 'no such route' || err.body === null || typeof err.body === 'string';
+}
+
+let sessionEnded: () => void = () => {};
+
+/** onSessionEnded sets what happens when a call answers 401 (not signed in any more). */
+export function onSessionEnded(handler: () => void): void {
+  sessionEnded = handler;
 }
 
 function csrfToken(): string {
@@ -36,16 +63,29 @@ function rememberCSRF(token: string | undefined): void {
   if (token) sessionStorage.setItem(csrfKey, token);
 }
 
-async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
+interface RequestOptions {
+  /** Don't treat 401 as the end of the session (login, me). */
+  quiet401?: boolean;
+  signal?: AbortSignal;
+}
+
+/** Answer is a response's status with its parsed body. */
+export interface Answer<T> {
+  status: number;
+  body: T;
+}
+
+async function send<T>(method: string, path: string, body?: unknown, opts: RequestOptions = {}): Promise<Answer<T>> {
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (method !== 'GET' && method !== 'HEAD') headers[csrfHeader] = csrfToken();
 
-  const res = await fetch(path, {
+  const res = await fetch(base + path, {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
     credentials: 'same-origin',
+    signal: opts.signal,
   });
   const text = await res.text();
   let parsed: unknown = null;
@@ -56,20 +96,50 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
       parsed = text;
     }
   }
-  if (!res.ok) throw new APIError(res.status, parsed);
-  return parsed as T;
+  if (!res.ok) {
+    if (res.status === 401 && !opts.quiet401) sessionEnded();
+    throw new APIError(res.status, parsed);
+  }
+  return { status: res.status, body: parsed as T };
+}
+
+async function request<T>(method: string, path: string, body?: unknown, opts?: RequestOptions): Promise<T> {
+  return (await send<T>(method, path, body, opts)).body;
+}
+
+function query(params: Record<string, string | number | undefined | null>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== '') q.set(k, String(v));
+  }
+  const s = q.toString();
+  return s === '' ? '' : `?${s}`;
+}
+
+function seg(s: string | number): string {
+  return encodeURIComponent(String(s));
+}
+
+// --- sessions ----------------------------------------------------------------
+
+/** Me is the signed-in user, as GET /api/v1/me answers. */
+export interface Me {
+  name?: string;
+  username?: string;
+  role?: string;
+  csrf_token?: string;
 }
 
 /** login starts a session; the console sets the cookie and returns the CSRF token. */
 export async function login(username: string, password: string): Promise<void> {
-  const out = await request<{ csrf_token: string }>('POST', '/api/v1/auth/login', { username, password });
+  const out = await request<{ csrf_token: string }>('POST', '/auth/login', { username, password }, { quiet401: true });
   rememberCSRF(out.csrf_token);
 }
 
 /** logout ends the session. */
 export async function logout(): Promise<void> {
   try {
-    await request<unknown>('POST', '/api/v1/auth/logout', {});
+    await request<unknown>('POST', '/auth/logout', {}, { quiet401: true });
   } finally {
     sessionStorage.removeItem(csrfKey);
   }
@@ -78,7 +148,7 @@ export async function logout(): Promise<void> {
 /** me returns the signed-in user, or null when there is no session (401). */
 export async function me(): Promise<Me | null> {
   try {
-    const out = await request<Me>('GET', '/api/v1/me');
+    const out = await request<Me>('GET', '/me', undefined, { quiet401: true });
     rememberCSRF(out.csrf_token);
     return out;
   } catch (err) {
@@ -87,7 +157,327 @@ export async function me(): Promise<Me | null> {
   }
 }
 
+/** canEdit reports whether a role may publish. */
+export function canEdit(role: string | undefined): boolean {
+  return role === 'editor' || role === 'admin';
+}
+
+// --- rules -------------------------------------------------------------------
+
+/** DomainRevision is a domain's YAML and the version that last changed it. */
+export interface DomainRevision {
+  name: string;
+  yaml: string;
+  version: number;
+}
+
+/** Ruleset is every domain at one version. */
+export interface Ruleset {
+  version: number;
+  checksum?: string;
+  domains: DomainRevision[];
+}
+
+/** DomainDetail is GET /domains/{d}: the domain and the ruleset's current version. */
+export interface DomainDetail extends DomainRevision {
+  current_version?: number;
+}
+
 /** ruleset returns the current version and every domain. */
 export function ruleset(): Promise<Ruleset> {
-  return request<Ruleset>('GET', '/api/v1/ruleset');
+  return request<Ruleset>('GET', '/ruleset');
+}
+
+/** domain returns one domain as of the latest version. */
+export function domain(name: string): Promise<DomainDetail> {
+  return request<DomainDetail>('GET', `/domains/${seg(name)}`);
+}
+
+/**
+ * PublishResult is a publish's answer: a new version, or (four-eyes on) a
+ * change request waiting for approval.
+ */
+export interface PublishResult {
+  version?: number;
+  change?: ChangeRequest;
+}
+
+function publishResult(a: Answer<unknown>): PublishResult {
+  const b = (a.body ?? {}) as Record<string, unknown>;
+  if (typeof b.version === 'number' && a.status !== 202) return { version: b.version };
+  const change = (b.change_request ?? b.change ?? b) as ChangeRequest;
+  return { change };
+}
+
+/** publish validates and publishes a domain's YAML based on base_version. */
+export async function publish(name: string, yaml: string, message: string, baseVersion: number): Promise<PublishResult> {
+  return publishResult(await send('PUT', `/domains/${seg(name)}`, { yaml, message, base_version: baseVersion }));
+}
+
+/** deleteDomain publishes a version without the domain. */
+export async function deleteDomain(name: string, message: string, baseVersion: number): Promise<PublishResult> {
+  return publishResult(await send('DELETE', `/domains/${seg(name)}`, { message, base_version: baseVersion }));
+}
+
+/** Version is one published version, as GET /versions lists it. */
+export interface Version {
+  version: number;
+  created_at: string;
+  author: string;
+  message: string;
+  rollback_of: number | null;
+  checksum?: string;
+  /** Nodes that applied this version (issue 6). */
+  applied_by?: number;
+  /** Nodes connected when counted (issue 6). */
+  connected?: number;
+  approved_by?: string | null;
+  change_id?: number | null;
+}
+
+/** versions lists versions, newest first; before pages back. */
+export async function versions(opts: { before?: number; limit?: number } = {}): Promise<Version[]> {
+  const out = await request<{ versions: Version[] }>('GET', `/versions${query({ before: opts.before, limit: opts.limit })}`);
+  return out.versions ?? [];
+}
+
+/** VersionSnapshot is GET /versions/{n}: its metadata and every domain at it. */
+export interface VersionSnapshot {
+  version: Version;
+  domains: DomainRevision[];
+}
+
+/** version returns one version with its domains. */
+export function version(n: number): Promise<VersionSnapshot> {
+  return request<VersionSnapshot>('GET', `/versions/${seg(n)}`);
+}
+
+/** ServerDiff is GET /versions/{a}/diff/{b} (issue 5); the UI reads its structured changes. */
+export interface ServerDiff {
+  from?: number;
+  to?: number;
+  domains?: {
+    domain?: string;
+    name?: string;
+    status?: string;
+    unified?: string;
+    changes?: { path?: string; kind?: string; op?: string; before?: unknown; after?: unknown; summary?: string; description?: string }[];
+  }[];
+}
+
+/** versionDiff asks the console for its diff of a → b. */
+export function versionDiff(a: number, b: number): Promise<ServerDiff> {
+  return request<ServerDiff>('GET', `/versions/${seg(a)}/diff/${seg(b)}`);
+}
+
+/** rollback publishes a new version whose content is version n's. */
+export async function rollback(n: number, message: string): Promise<PublishResult> {
+  return publishResult(await send('POST', `/versions/${seg(n)}/rollback`, { message }));
+}
+
+/** schema fetches the domain file's JSON Schema (issue 5). */
+export function schema(): Promise<unknown> {
+  return request<unknown>('GET', '/schema');
+}
+
+// --- four-eyes -----------------------------------------------------------------
+
+/** Settings are the console-wide options (issue 5). */
+export interface Settings {
+  require_approval?: boolean;
+}
+
+/** settings reads the console-wide options. */
+export function settings(): Promise<Settings> {
+  return request<Settings>('GET', '/settings');
+}
+
+/** ChangeRequest is a publish waiting for a second person (four-eyes). */
+export interface ChangeRequest {
+  id: number;
+  created_at?: string;
+  author?: string;
+  kind?: string;
+  domain?: string;
+  yaml?: string;
+  deleted?: boolean;
+  base_version?: number;
+  rollback_of?: number | null;
+  message?: string;
+  status?: string;
+  reviewer?: string;
+  reviewed_at?: string | null;
+  review_message?: string;
+  version?: number | null;
+}
+
+/** changes lists change requests with the given status. */
+export async function changes(status = 'pending'): Promise<ChangeRequest[]> {
+  const out = await request<{ changes?: ChangeRequest[]; change_requests?: ChangeRequest[] }>('GET', `/changes${query({ status })}`);
+  return out.changes ?? out.change_requests ?? [];
+}
+
+/** approve publishes a pending change request. */
+export async function approve(id: number, message: string): Promise<PublishResult> {
+  return publishResult(await send('POST', `/changes/${seg(id)}/approve`, { message }));
+}
+
+/** reject closes a pending change request without publishing it. */
+export async function reject(id: number, message: string): Promise<void> {
+  await request('POST', `/changes/${seg(id)}/reject`, { message });
+}
+
+// --- audit ---------------------------------------------------------------------
+
+/** AuditEvent is one entry of the audit trail. */
+export interface AuditEvent {
+  id: number;
+  at: string;
+  actor: string;
+  action: string;
+  target: string;
+  before: unknown;
+  after: unknown;
+  message: string;
+  ip: string;
+  user_agent: string;
+  request_id: string;
+  prev_hash?: string;
+  hash?: string;
+}
+
+/** AuditFilter narrows the audit log; times are RFC 3339. */
+export interface AuditFilter {
+  actor?: string;
+  action?: string;
+  target?: string;
+  since?: string;
+  until?: string;
+  before?: number;
+  limit?: number;
+}
+
+function auditQuery(f: AuditFilter): Record<string, string | number | undefined> {
+  return { actor: f.actor, action: f.action, target: f.target, since: f.since, until: f.until, before: f.before, limit: f.limit };
+}
+
+/** audit lists audit events, newest first. */
+export async function audit(f: AuditFilter): Promise<AuditEvent[]> {
+  const out = await request<{ events: AuditEvent[] }>('GET', `/audit${query(auditQuery(f))}`);
+  return out.events ?? [];
+}
+
+/** auditCSVURL is the link that downloads the filtered audit log as CSV. */
+export function auditCSVURL(f: AuditFilter): string {
+  return `${base}/audit${query({ ...auditQuery({ ...f, before: undefined, limit: undefined }), format: 'csv' })}`;
+}
+
+/** Verification is the audit chain's state. */
+export interface Verification {
+  ok: boolean;
+  events: number;
+  broken_id?: number;
+  reason?: string;
+}
+
+/** verifyAudit checks the audit hash chain. */
+export function verifyAudit(): Promise<Verification> {
+  return request<Verification>('GET', '/audit/verify');
+}
+
+// --- nodes ---------------------------------------------------------------------
+
+/** NodeInfo is an enforcer as the console last saw it. */
+export interface NodeInfo {
+  id: string;
+  applied_version: number;
+  status: string;
+  last_seen: string;
+  labels?: Record<string, string> | null;
+  build?: string;
+  address?: string;
+  connected_since?: string | null;
+  nack_version?: number | null;
+  nack_error?: string;
+  /** Live decision rates (issue 6); see decisionsPerSecond. */
+  rates?: Record<string, unknown> | null;
+}
+
+/** nodes lists every known enforcer. */
+export async function nodes(): Promise<NodeInfo[]> {
+  const out = await request<{ nodes: NodeInfo[] }>('GET', '/nodes');
+  return out.nodes ?? [];
+}
+
+// --- users and tokens ------------------------------------------------------------
+
+/** User is a console account. */
+export interface User {
+  id: number;
+  username: string;
+  role: string;
+  disabled: boolean;
+  created_at: string;
+}
+
+/** users lists console accounts (admin). */
+export async function users(): Promise<User[]> {
+  const out = await request<{ users: User[] }>('GET', '/users');
+  return out.users ?? [];
+}
+
+/** createUser adds an account (admin). */
+export function createUser(username: string, password: string, role: string): Promise<User> {
+  return request<User>('POST', '/users', { username, password, role });
+}
+
+/** setUserDisabled disables or re-enables an account (admin). */
+export async function setUserDisabled(id: number, disabled: boolean): Promise<void> {
+  await request('POST', `/users/${seg(id)}/${disabled ? 'disable' : 'enable'}`, {});
+}
+
+/** Token is an API token without its secret. */
+export interface Token {
+  id: number;
+  name: string;
+  role: string;
+  last4: string;
+  created_by?: string;
+  created_at?: string;
+  expires_at?: string | null;
+  disabled?: boolean;
+  rotated_at?: string | null;
+}
+
+/** NewToken is a token with its secret, shown once. */
+export interface NewToken {
+  id: number;
+  token: string;
+  name?: string;
+  role?: string;
+  last4?: string;
+  expires_at?: string | null;
+}
+
+/** tokens lists API tokens (admin). */
+export async function tokens(): Promise<Token[]> {
+  const out = await request<{ tokens: Token[] }>('GET', '/tokens');
+  return out.tokens ?? [];
+}
+
+/** createToken makes a token; expiresIn is a Go duration ("720h") or "" for never. */
+export function createToken(name: string, role: string, expiresIn: string): Promise<NewToken> {
+  const body: Record<string, string> = { name, role };
+  if (expiresIn !== '') body.expires_in = expiresIn;
+  return request<NewToken>('POST', '/tokens', body);
+}
+
+/** disableToken stops a token from working, at once. */
+export async function disableToken(id: number): Promise<void> {
+  await request('POST', `/tokens/${seg(id)}/disable`, {});
+}
+
+/** rotateToken replaces a token's secret; the new one is shown once. */
+export function rotateToken(id: number): Promise<NewToken> {
+  return request<NewToken>('POST', `/tokens/${seg(id)}/rotate`, {});
 }
