@@ -1,7 +1,8 @@
 # Sluice developer tasks.
 #
 #   make run     Postgres + Redis, build UI and binary, run everything on this machine
-#   make test    go vet + all Go tests against real Postgres and Redis (no Node needed)
+#   make test    go vet + all Go tests against real Postgres and Redis, then the UI's tests
+#   make ui-test the UI's tests alone: svelte-check, vitest, JS budget, Playwright e2e
 #   make build   UI (web/dist) + bin/sluice
 #   make clean   remove build output (keeps node_modules and .data)
 #
@@ -42,8 +43,11 @@ node_modules/.installed: package.json package-lock.json
 web/dist/index.html: node_modules/.installed $(UI_SOURCES)
 	npm run build
 
-ui-test: node_modules/.installed
-	npm test
+# Type checks, vitest unit tests, the initial-JS budget, and the Playwright
+# end-to-end suite (headless Debian Chromium against bin/sluice console and
+# enforcers on free ports, a fresh database). Screenshots: web/e2e/screenshots.
+ui-test: services build
+	. ./$(ENV) && bash scripts/ui-test.sh
 
 ## Go ----------------------------------------------------------------------------------
 
@@ -55,10 +59,11 @@ build: ui
 run: services build
 	. ./$(ENV) && DATABASE_URL="$$APP_DATABASE_URL" exec bin/sluice dev
 
+# The Go tests need no Node; the UI's tests after them do (ensure-node.sh
+# installs it as root), and this is the only Node step in `test`.
 test: services
 	. ./$(ENV) && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
-	@# >>> UI TESTS GO HERE (later): run `npm test` via `make ui-test` after the Go tests.
-	@# >>> They need Node, the Go tests must not: keep this the only Node step in `test`.
+	$(MAKE) --no-print-directory ui-test
 
 ## Housekeeping ------------------------------------------------------------------------
 

@@ -1,6 +1,9 @@
 import { mount } from 'svelte';
 import App from './App.svelte';
+import { applyTheme, savedTheme } from './lib/theme';
 import './app.css';
+
+applyTheme(savedTheme());
 
 const target = document.getElementById('app');
 if (!target) {

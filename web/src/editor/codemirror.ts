@@ -93,7 +93,12 @@ const syntaxLinter = linter(
     }
     return out;
   },
-  { delay: 300 },
+  {
+    delay: 300,
+    // New server problems must show without waiting for an edit
+    // (forceLinting alone does nothing when no lint run is pending).
+    needsRefresh: (u) => u.transactions.some((tr) => tr.effects.some((e) => e.is(setServerProblems))),
+  },
 );
 
 // The highlight colours are CSS variables from app.css, so the light and

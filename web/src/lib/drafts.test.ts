@@ -19,22 +19,22 @@ function memoryStorage(): Storage {
 describe('drafts', () => {
   it('saves, lists, loads and clears', () => {
     const s = memoryStorage();
-    const key = draftKey('api', false);
-    saveDraft(s, key, { yaml: 'domain: api\n# edited', baseYaml: 'domain: api\n', baseVersion: 4 }, new Date('2026-05-01T10:00:00Z'));
-    saveDraft(s, draftKey('web', true), { yaml: 'domain: web\n', baseYaml: '', baseVersion: 0 });
+    const key = draftKey('api');
+    saveDraft(s, key, { yaml: 'domain: api\n# edited', baseYaml: 'domain: api\n', baseVersion: 4, message: 'lower' }, new Date('2026-05-01T10:00:00Z'));
+    saveDraft(s, draftKey('web'), { yaml: 'domain: web\n', baseYaml: '', baseVersion: 0 });
     s.setItem('sluice.csrf', 'x');
-    expect(listDrafts(s)).toEqual(['api', 'new:web']);
-    expect(loadDraft(s, key)).toEqual({ yaml: 'domain: api\n# edited', baseYaml: 'domain: api\n', baseVersion: 4, savedAt: '2026-05-01T10:00:00.000Z' });
+    expect(listDrafts(s)).toEqual(['api', 'web']);
+    expect(loadDraft(s, key)).toEqual({ yaml: 'domain: api\n# edited', baseYaml: 'domain: api\n', baseVersion: 4, message: 'lower', savedAt: '2026-05-01T10:00:00.000Z' });
     clearDraft(s, key);
     expect(loadDraft(s, key)).toBeNull();
   });
 
   it('ignores unreadable drafts', () => {
     const s = memoryStorage();
-    s.setItem(draftKey('api', false), '{not json');
-    expect(loadDraft(s, draftKey('api', false))).toBeNull();
-    s.setItem(draftKey('api', false), '{"yaml": 1}');
-    expect(loadDraft(s, draftKey('api', false))).toBeNull();
+    s.setItem(draftKey('api'), '{not json');
+    expect(loadDraft(s, draftKey('api'))).toBeNull();
+    s.setItem(draftKey('api'), '{"yaml": 1}');
+    expect(loadDraft(s, draftKey('api'))).toBeNull();
   });
 
   it('survives a full storage', () => {

@@ -10,15 +10,17 @@ export interface Draft {
   baseYaml: string;
   /** The version the edit is based on (the publish's base_version). */
   baseVersion: number;
+  /** The change message typed so far, if any. */
+  message?: string;
   /** When it was saved, RFC 3339. */
   savedAt: string;
 }
 
 const prefix = 'sluice.draft.';
 
-/** draftKey is where a domain's draft lives; "new:" marks a domain not yet published. */
-export function draftKey(domain: string, isNew: boolean): string {
-  return prefix + (isNew ? 'new:' : '') + domain;
+/** draftKey is where a domain's draft lives. */
+export function draftKey(domain: string): string {
+  return prefix + domain;
 }
 
 /** loadDraft returns a saved draft, or null when there is none or it is unreadable. */
@@ -28,7 +30,8 @@ export function loadDraft(store: Storage, key: string): Draft | null {
   try {
     const d = JSON.parse(raw) as Partial<Draft>;
     if (typeof d.yaml !== 'string' || typeof d.baseYaml !== 'string' || typeof d.baseVersion !== 'number') return null;
-    return { yaml: d.yaml, baseYaml: d.baseYaml, baseVersion: d.baseVersion, savedAt: String(d.savedAt ?? '') };
+    const message = typeof d.message === 'string' ? d.message : undefined;
+    return { yaml: d.yaml, baseYaml: d.baseYaml, baseVersion: d.baseVersion, message, savedAt: String(d.savedAt ?? '') };
   } catch {
     return null;
   }
