@@ -24,7 +24,7 @@ import {
 } from '@codemirror/view';
 import { tags as t } from '@lezer/highlight';
 import { parseDomain } from '../lib/ruleform';
-import { cursorContext, suggestions, type JSONSchema } from '../lib/schema';
+import { cursorContext, fallbackSchema, suggestions, type JSONSchema } from '../lib/schema';
 
 /** Problem is a server validation problem: 1-based line and column. */
 export interface Problem {
@@ -146,6 +146,9 @@ function schemaCompletion(schema: () => JSONSchema) {
     if (where.prefix === '' && !ctx.explicit && where.kind === 'key') return null;
     const options = suggestions(schema(), where);
     if (options.length === 0) return null;
+    // A console schema may lack descriptions: borrow the built-in ones.
+    const described = new Map(suggestions(fallbackSchema, where).map((s) => [s.label, s.detail]));
+    for (const o of options) o.detail ??= described.get(o.label);
     return {
       from: where.from,
       options: options.map((s) => ({ label: s.label, apply: s.insert, type: s.type, detail: s.detail })),

@@ -169,6 +169,10 @@ export interface DomainRevision {
   name: string;
   yaml: string;
   version: number;
+  /** When, by whom and why the domain last changed (issue 5's console). */
+  changed_at?: string;
+  author?: string;
+  message?: string;
 }
 
 /** Ruleset is every domain at one version. */
@@ -209,9 +213,14 @@ function publishResult(a: Answer<unknown>): PublishResult {
   return { change };
 }
 
-/** publish validates and publishes a domain's YAML based on base_version. */
-export async function publish(name: string, yaml: string, message: string, baseVersion: number): Promise<PublishResult> {
-  return publishResult(await send('PUT', `/domains/${seg(name)}`, { yaml, message, base_version: baseVersion }));
+/**
+ * publish validates and publishes a domain's YAML based on base_version.
+ * breakGlass (admins, four-eyes on) publishes at once with an audited reason.
+ */
+export async function publish(name: string, yaml: string, message: string, baseVersion: number, breakGlass = ''): Promise<PublishResult> {
+  const body: Record<string, unknown> = { yaml, message, base_version: baseVersion };
+  if (breakGlass !== '') body.break_glass_reason = breakGlass;
+  return publishResult(await send('PUT', `/domains/${seg(name)}`, body));
 }
 
 /** deleteDomain publishes a version without the domain. */
@@ -233,12 +242,38 @@ export interface Version {
   connected?: number;
   approved_by?: string | null;
   change_id?: number | null;
+  /** The domains this version changed (issue 5). */
+  domains?: string[];
 }
 
-/** versions lists versions, newest first; before pages back. */
-export async function versions(opts: { before?: number; limit?: number } = {}): Promise<Version[]> {
-  const out = await request<{ versions: Version[] }>('GET', `/versions${query({ before: opts.before, limit: opts.limit })}`);
-  return out.versions ?? [];
+/**
+ * Page is one page of a list. next is how to ask for the following page:
+ * the console's next_cursor when it pages with cursors (issue 5), else the
+ * last item's key for the foundation's ?before=; null on the last page.
+ */
+export interface Page<T> {
+  items: T[];
+  next: PageCursor | null;
+}
+
+/** PageCursor asks for the page after another one. */
+export type PageCursor = { cursor: string } | { before: number };
+
+function pageOf<T>(items: T[], nextCursor: unknown, limit: number, key: (t: T) => number): Page<T> {
+  if (nextCursor !== undefined) {
+    return { items, next: typeof nextCursor === 'string' && nextCursor !== '' ? { cursor: nextCursor } : null };
+  }
+  const last = items[items.length - 1];
+  return { items, next: items.length === limit && last ? { before: key(last) } : null };
+}
+
+/** versions lists versions, newest first. */
+export async function versions(opts: { limit: number; after?: PageCursor | null }): Promise<Page<Version>> {
+  const out = await request<{ versions: Version[]; next_cursor?: string | null }>(
+    'GET',
+    `/versions${query({ limit: opts.limit, ...(opts.after ?? {}) })}`,
+  );
+  return pageOf(out.versions ?? [], out.next_cursor, opts.limit, (v) => v.version);
 }
 
 /** VersionSnapshot is GET /versions/{n}: its metadata and every domain at it. */
@@ -252,17 +287,29 @@ export function version(n: number): Promise<VersionSnapshot> {
   return request<VersionSnapshot>('GET', `/versions/${seg(n)}`);
 }
 
-/** ServerDiff is GET /versions/{a}/diff/{b} (issue 5); the UI reads its structured changes. */
+/** ServerDiff is GET /versions/{a}/diff/{b} (issue 5): per domain, the unified and structured changes. */
 export interface ServerDiff {
   from?: number;
   to?: number;
-  domains?: {
-    domain?: string;
-    name?: string;
-    status?: string;
-    unified?: string;
-    changes?: { path?: string; kind?: string; op?: string; before?: unknown; after?: unknown; summary?: string; description?: string }[];
-  }[];
+  domains?: DomainDiff[];
+}
+
+/** DomainDiff is one domain's part of a ServerDiff. */
+export interface DomainDiff {
+  name: string;
+  change?: string;
+  unified?: string;
+  changes?: StructuredChange[];
+  error?: string;
+}
+
+/** StructuredChange is one limit (or domain) added, removed or changed. */
+export interface StructuredChange {
+  kind: string;
+  domain?: string;
+  path?: { key: string; value?: string }[];
+  name?: string;
+  fields?: { field: string; before: string; after: string }[];
 }
 
 /** versionDiff asks the console for its diff of a → b. */
@@ -270,14 +317,47 @@ export function versionDiff(a: number, b: number): Promise<ServerDiff> {
   return request<ServerDiff>('GET', `/versions/${seg(a)}/diff/${seg(b)}`);
 }
 
-/** rollback publishes a new version whose content is version n's. */
-export async function rollback(n: number, message: string): Promise<PublishResult> {
-  return publishResult(await send('POST', `/versions/${seg(n)}/rollback`, { message }));
+/**
+ * rollback publishes a new version whose content is version n's. With
+ * baseVersion, the console refuses (409) if the ruleset changed after the
+ * version the user previewed; a console that does not know the field (the
+ * foundation's strict JSON answers 400 naming it) gets the request without it.
+ */
+export async function rollback(n: number, message: string, baseVersion?: number): Promise<PublishResult> {
+  const path = `/versions/${seg(n)}/rollback`;
+  if (baseVersion === undefined) return publishResult(await send('POST', path, { message }));
+  try {
+    return publishResult(await send('POST', path, { message, base_version: baseVersion }));
+  } catch (err) {
+    if (err instanceof APIError && err.status === 400 && /unknown field "base_version"/.test(err.message)) {
+      return publishResult(await send('POST', path, { message }));
+    }
+    throw err;
+  }
 }
 
-/** schema fetches the domain file's JSON Schema (issue 5). */
-export function schema(): Promise<unknown> {
-  return request<unknown>('GET', '/schema');
+/**
+ * domainSchema fetches the JSON Schema of a domain file: GET /schema when
+ * the console serves one, else the DomainConfig schema of its OpenAPI
+ * document (GET /openapi.json, issue 5). null when neither is there.
+ */
+export async function domainSchema(): Promise<Record<string, unknown> | null> {
+  try {
+    const s = await request<unknown>('GET', '/schema');
+    if (s && typeof s === 'object') return s as Record<string, unknown>;
+  } catch (err) {
+    if (!isUnavailable(err)) throw err;
+  }
+  try {
+    const doc = await request<{ components?: { schemas?: Record<string, unknown> } }>('GET', '/openapi.json');
+    if (doc?.components?.schemas?.DomainConfig) {
+      // Refs inside stay "#/components/schemas/...", resolved against this root.
+      return { $ref: '#/components/schemas/DomainConfig', components: doc.components };
+    }
+  } catch (err) {
+    if (!isUnavailable(err)) throw err;
+  }
+  return null;
 }
 
 // --- four-eyes -----------------------------------------------------------------
@@ -353,23 +433,24 @@ export interface AuditFilter {
   target?: string;
   since?: string;
   until?: string;
-  before?: number;
-  limit?: number;
 }
 
-function auditQuery(f: AuditFilter): Record<string, string | number | undefined> {
-  return { actor: f.actor, action: f.action, target: f.target, since: f.since, until: f.until, before: f.before, limit: f.limit };
+function auditQuery(f: AuditFilter): Record<string, string | undefined> {
+  return { actor: f.actor, action: f.action, target: f.target, since: f.since, until: f.until };
 }
 
 /** audit lists audit events, newest first. */
-export async function audit(f: AuditFilter): Promise<AuditEvent[]> {
-  const out = await request<{ events: AuditEvent[] }>('GET', `/audit${query(auditQuery(f))}`);
-  return out.events ?? [];
+export async function audit(f: AuditFilter, limit: number, after?: PageCursor | null): Promise<Page<AuditEvent>> {
+  const out = await request<{ events: AuditEvent[]; next_cursor?: string | null }>(
+    'GET',
+    `/audit${query({ ...auditQuery(f), limit, ...(after ?? {}) })}`,
+  );
+  return pageOf(out.events ?? [], out.next_cursor, limit, (e) => e.id);
 }
 
 /** auditCSVURL is the link that downloads the filtered audit log as CSV. */
 export function auditCSVURL(f: AuditFilter): string {
-  return `${base}/audit${query({ ...auditQuery({ ...f, before: undefined, limit: undefined }), format: 'csv' })}`;
+  return `${base}/audit${query({ ...auditQuery(f), format: 'csv' })}`;
 }
 
 /** Verification is the audit chain's state. */
@@ -399,14 +480,23 @@ export interface NodeInfo {
   connected_since?: string | null;
   nack_version?: number | null;
   nack_error?: string;
+  nacked_at?: string | null;
+  /** The console replica holding the connection (issue 6). */
+  console?: string;
   /** Live decision rates (issue 6); see decisionsPerSecond. */
   rates?: Record<string, unknown> | null;
 }
 
+/** NodeList is GET /nodes: the nodes and (issue 6) the current version. */
+export interface NodeList {
+  nodes: NodeInfo[];
+  current_version?: number;
+}
+
 /** nodes lists every known enforcer. */
-export async function nodes(): Promise<NodeInfo[]> {
-  const out = await request<{ nodes: NodeInfo[] }>('GET', '/nodes');
-  return out.nodes ?? [];
+export async function nodes(): Promise<NodeList> {
+  const out = await request<NodeList>('GET', '/nodes');
+  return { nodes: out.nodes ?? [], current_version: out.current_version };
 }
 
 // --- users and tokens ------------------------------------------------------------

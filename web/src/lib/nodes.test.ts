@@ -33,9 +33,10 @@ describe('rollout', () => {
     expect(rollout({ version: 7, applied_by: 3, connected: 4 }, list)).toEqual({ applied: 3, total: 4 });
   });
 
-  it('counts connected nodes at this version or later', () => {
+  it('counts connected nodes that run exactly this version', () => {
     expect(rollout({ version: 7 }, list)).toEqual({ applied: 1, total: 2 });
-    expect(rollout({ version: 6 }, list)).toEqual({ applied: 2, total: 2 });
+    expect(rollout({ version: 6 }, list)).toEqual({ applied: 1, total: 2 });
+    expect(rollout({ version: 5 }, list)).toEqual({ applied: 0, total: 2 });
   });
 
   it('is unknown without either', () => {

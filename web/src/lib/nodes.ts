@@ -31,16 +31,17 @@ export function formatRate(v: number | null): string {
   return Math.round(v).toLocaleString('en-US');
 }
 
-/** Rollout is how many nodes run a version (or a later one) out of those connected. */
+/** Rollout is how many of the connected nodes run a version. */
 export interface Rollout {
   applied: number;
   total: number;
 }
 
 /**
- * rollout counts a version's nodes. The console's own count (applied_by of
- * connected, issue 6) wins; otherwise it is computed from the node list:
- * connected nodes whose applied version is this one or later.
+ * rollout counts the connected nodes that run a version. The console's own
+ * count (applied_by of connected, issue 6) wins; otherwise it is computed
+ * from the node list the same way: connected nodes whose applied version is
+ * exactly this one (an older version's count drops as nodes move on).
  */
 export function rollout(v: Pick<Version, 'version' | 'applied_by' | 'connected'>, list: readonly NodeInfo[] | null): Rollout | null {
   if (typeof v.applied_by === 'number' && typeof v.connected === 'number') {
@@ -48,7 +49,7 @@ export function rollout(v: Pick<Version, 'version' | 'applied_by' | 'connected'>
   }
   if (!list) return null;
   const connected = list.filter((n) => n.status === 'connected');
-  return { applied: connected.filter((n) => n.applied_version >= v.version).length, total: connected.length };
+  return { applied: connected.filter((n) => n.applied_version === v.version).length, total: connected.length };
 }
 
 /** nodeState says what a node's row shows: in sync, behind, nacked or offline. */

@@ -1,0 +1,29 @@
+import { describe, expect, it } from 'vitest';
+import { describeChange } from './changes';
+
+describe('describeChange', () => {
+  it.each([
+    [{ kind: 'domain_added', domain: 'api' }, { where: 'api', what: 'domain added' }],
+    [{ kind: 'domain_removed', domain: 'api' }, { where: 'api', what: 'domain removed' }],
+    [
+      { kind: 'limit_added', domain: 'api', path: [{ key: 'api_key' }, { key: 'route', value: '/search' }] },
+      { where: 'api_key › route=/search', what: 'limit added' },
+    ],
+    [
+      {
+        kind: 'limit_changed',
+        domain: 'api',
+        path: [{ key: 'user' }],
+        name: 'per-user',
+        fields: [
+          { field: 'rate_limit.requests_per_unit', before: '100', after: '7' },
+          { field: 'burst', before: '', after: '20' },
+        ],
+      },
+      { where: 'user “per-user”', what: 'rate_limit.requests_per_unit 100 → 7; burst (not set) → 20' },
+    ],
+    [{ kind: 'something_new', domain: 'api' }, { where: 'api', what: 'something new' }],
+  ])('%j', (c, want) => {
+    expect(describeChange(c)).toEqual(want);
+  });
+});
