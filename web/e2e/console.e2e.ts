@@ -41,6 +41,7 @@ let consoleProc: Proc;
 let enforcers: (Proc & { cleanup(): void })[] = [];
 let base: string;
 let admin: Client;
+let adminSecret = '';
 let password: string;
 let browser: Browser;
 let context: BrowserContext;
@@ -147,7 +148,8 @@ beforeAll(async () => {
   await admin.login('admin', password);
   // Setup and probes use a token, so that ending the browser's session
   // (the expiry test) leaves them working.
-  admin.useToken((await admin.call<{ token: string }>('POST', '/api/v1/tokens', { name: 'ui-e2e-admin', role: 'admin' }, 201)).token);
+  adminSecret = (await admin.call<{ token: string }>('POST', '/api/v1/tokens', { name: 'ui-e2e-admin', role: 'admin' }, 201)).token;
+  admin.useToken(adminSecret);
   const tok = await admin.call<{ token: string }>('POST', '/api/v1/tokens', { name: 'ui-e2e-nodes', role: 'node' }, 201);
   seedVersion = (await admin.call<{ version: number }>('PUT', `/api/v1/domains/${domain}`, { yaml: seed, message: 'Seed the e2e domain', base_version: 0 }))
     .version;
@@ -477,6 +479,63 @@ describe('the console UI', () => {
     await shot('14-tokens');
     await fresh.getByRole('button', { name: 'I have stored it' }).click();
     await fresh.waitFor({ state: 'detached' });
+  });
+
+  it('with four-eyes on, a publish waits for another editor, who approves it (users page too)', async (ctx) => {
+    const settings = await fetch(`${base}/api/v1/settings`, { headers: { Authorization: `Bearer ${adminSecret}` } });
+    if (settings.status === 404) ctx.skip(); // a console without the config service's settings (issue 5)
+
+    // An admin creates the reviewer on the users page.
+    const reviewerPassword = secret();
+    await go('/users', 'Users');
+    await page.getByLabel('Username').fill('reviewer');
+    await page.getByLabel('Password').fill(reviewerPassword);
+    await page.getByLabel('Role').selectOption('editor');
+    await page.getByRole('button', { name: 'Create user' }).click();
+    await page.getByTestId('users').locator('tr', { hasText: 'reviewer' }).waitFor();
+
+    await admin.call('PUT', '/api/v1/settings', { require_approval: true });
+    try {
+      await go(`/domains/${domain}`, /Domain/); // a fresh load reads the setting
+      await descriptor('user').getByLabel('Requests per unit').fill('5');
+      const dialog = await openPublish();
+      await dialog.getByText(/Four-eyes approval is on/).waitFor();
+      await dialog.getByLabel(/Change message/).fill('Lower the per-user limit to 5/hour (needs review)');
+      await dialog.getByRole('button', { name: 'Request approval' }).click();
+      await page.waitForURL(/\/approvals$/);
+      const card = page.locator('section.card', { hasText: 'Lower the per-user limit to 5/hour' });
+      await card.waitFor();
+      expect(await card.getByRole('button', { name: 'Approve and publish' }).isDisabled()).toBe(true); // not one's own
+      await expect(card.locator('figure.diff').innerText()).resolves.toContain('requests_per_unit: 5');
+      await shot('22-approvals-pending');
+
+      const other = await browser.newContext({ viewport: { width: 1366, height: 800 } });
+      try {
+        const p2 = await other.newPage();
+        await p2.goto(base + '/approvals');
+        await p2.getByLabel('Username').fill('reviewer');
+        await p2.getByLabel('Password').fill(reviewerPassword);
+        await p2.getByRole('button', { name: 'Sign in' }).click();
+        await p2.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
+        const theirs = p2.locator('section.card', { hasText: 'Lower the per-user limit to 5/hour' });
+        await theirs.getByRole('button', { name: 'Approve and publish' }).click();
+        await p2.waitForURL(/\/history\?highlight=\d+/);
+        const v = Number(new URL(p2.url()).searchParams.get('highlight'));
+        await expect(p2.locator(`tr[data-version="${v}"]`).innerText()).resolves.toContain('approved by reviewer');
+      } finally {
+        await other.close();
+      }
+      await limitOn(5);
+    } finally {
+      await admin.call('PUT', '/api/v1/settings', { require_approval: false });
+    }
+
+    await go('/users', 'Users');
+    const row = page.getByTestId('users').locator('tr', { hasText: 'reviewer' });
+    await row.getByRole('button', { name: 'Disable' }).click();
+    await row.getByText('disabled').waitFor();
+    await labelled('users');
+    await shot('23-users-reviewer-disabled');
   });
 
   it('shows the remaining pages without errors', async () => {
