@@ -437,6 +437,20 @@ describe('the console UI', () => {
       await row.getByText('ACK', { exact: true }).waitFor({ timeout: 15_000 });
     }
     await page.getByText(/All 2 connected nodes run version \d+/).waitFor();
+    // Live decisions/s, where the console reports node rates (issue 6):
+    // send checks until the page shows a rate above zero.
+    const { nodes } = await admin.call<{ nodes: (NodeRow & { rates?: unknown })[] }>('GET', '/api/v1/nodes');
+    if (nodes.some((n) => n.rates != null)) {
+      await eventually(
+        async () => {
+          await Promise.all(enforcers.flatMap((e) => Array.from({ length: 20 }, () => check(e.addr, domain, [{ key: 'user', value: 'rate-probe' }]))));
+          const cells = await table.locator('td.num').allInnerTexts();
+          if (!cells.some((c) => Number(c.replace(/,/g, '')) > 0)) throw new Error(`decisions/s cells: ${cells.join(', ')}`);
+        },
+        10_000,
+        'a live decision rate on the nodes page',
+      );
+    }
     await labelled('nodes');
     await shot('12-nodes');
   });
