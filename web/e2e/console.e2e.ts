@@ -590,6 +590,13 @@ describe('the console UI', () => {
     await expect(page.evaluate(() => document.activeElement?.closest('main') !== null)).resolves.toBe(true);
   });
 
+  it('signs out, and the old session no longer works', async () => {
+    await go('/domains', 'Domains');
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('heading', { name: 'Sign in to Sluice' }).waitFor();
+    expect(await page.evaluate(() => fetch('/api/v1/me').then((r) => r.status))).toBe(401);
+  });
+
   it('logged no CSP violation and no uncaught error', () => {
     expect(problems).toEqual([]);
   });

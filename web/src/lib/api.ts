@@ -26,12 +26,6 @@ export class APIError extends Error {
     this.body = body;
   }
 
-  /** code is the console's error code ("conflict", "invalid", ...), or "". */
-  get code(): string {
-    const e = (this.body as { error?: { code?: unknown } } | null)?.error;
-    return typeof e?.code === 'string' ? e.code : '';
-  }
-
   /** details is the console's error details (validation problems, conflict info). */
   get details(): unknown {
     return (this.body as { error?: { details?: unknown } } | null)?.error?.details;
@@ -66,11 +60,10 @@ function rememberCSRF(token: string | undefined): void {
 interface RequestOptions {
   /** Don't treat 401 as the end of the session (login, me). */
   quiet401?: boolean;
-  signal?: AbortSignal;
 }
 
 /** Answer is a response's status with its parsed body. */
-export interface Answer<T> {
+interface Answer<T> {
   status: number;
   body: T;
 }
@@ -85,7 +78,6 @@ async function send<T>(method: string, path: string, body?: unknown, opts: Reque
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
     credentials: 'same-origin',
-    signal: opts.signal,
   });
   const text = await res.text();
   let parsed: unknown = null;
