@@ -104,6 +104,66 @@ async function labelled(where: string): Promise<void> {
   expect(unnamed, `unlabelled controls on ${where}`).toEqual([]);
 }
 
+// readable checks WCAG AA contrast of every visible text against the
+// background it is drawn on: 4.5:1, or 3:1 for large text (24px, or 18.66px
+// bold). Disabled controls are exempt, as WCAG allows.
+async function readable(where: string): Promise<void> {
+  const low = await page.evaluate(() => {
+    type RGBA = [number, number, number, number];
+    const parse = (c: string): RGBA => {
+      const m = c.match(/rgba?\(([^)]+)\)/);
+      if (!m) return [0, 0, 0, 0];
+      const p = m[1].split(/[ ,/]+/).filter(Boolean).map(Number);
+      return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+    };
+    const over = (top: RGBA, bottom: RGBA): RGBA => {
+      const a = top[3] + bottom[3] * (1 - top[3]);
+      if (a === 0) return [0, 0, 0, 0];
+      const mix = (i: number) => (top[i] * top[3] + bottom[i] * bottom[3] * (1 - top[3])) / a;
+      return [mix(0), mix(1), mix(2), a];
+    };
+    const background = (el: Element | null): RGBA => {
+      const layers: RGBA[] = [];
+      for (let e = el; e; e = e.parentElement ?? ((e.getRootNode() as ShadowRoot).host ?? null)) {
+        const c = parse(getComputedStyle(e).backgroundColor);
+        if (c[3] > 0) layers.push(c);
+        if (c[3] >= 1) break;
+      }
+      let out: RGBA = [255, 255, 255, 1];
+      for (const l of layers.reverse()) out = over(l, out);
+      return out;
+    };
+    const lum = (c: RGBA) => {
+      const ch = (v: number) => {
+        const s = v / 255;
+        return s <= 0.03928 ? s / 12.92 : ((s + 0.055) / 1.055) ** 2.4;
+      };
+      return 0.2126 * ch(c[0]) + 0.7152 * ch(c[1]) + 0.0722 * ch(c[2]);
+    };
+    const out: string[] = [];
+    const visit = (root: Document | ShadowRoot) => {
+      for (const el of root.querySelectorAll<HTMLElement>('*')) {
+        if (el.shadowRoot) visit(el.shadowRoot);
+        const text = [...el.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && n.textContent?.trim());
+        if (!text || el.closest('[disabled], [aria-hidden="true"], .visually-hidden')) continue;
+        const st = getComputedStyle(el);
+        const r = el.getBoundingClientRect();
+        if (st.visibility === 'hidden' || r.width === 0 || r.height === 0) continue;
+        const bg = background(el);
+        const fg = over(parse(st.color), bg);
+        const [hi, lo] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+        const ratio = (hi + 0.05) / (lo + 0.05);
+        const size = parseFloat(st.fontSize);
+        const large = size >= 24 || (size >= 18.66 && Number(st.fontWeight) >= 700);
+        if (ratio < (large ? 3 : 4.5)) out.push(`${ratio.toFixed(2)} ${el.tagName}.${el.className} "${el.textContent?.trim().slice(0, 30)}"`);
+      }
+    };
+    visit(document);
+    return out;
+  });
+  expect(low, `low-contrast text on ${where}`).toEqual([]);
+}
+
 async function go(path: string, heading: string | RegExp): Promise<void> {
   await page.goto(base + path);
   await page.getByRole('heading', { level: 1, name: heading }).waitFor();
@@ -219,6 +279,7 @@ describe('the console UI', () => {
     await expect(row.innerText()).resolves.toContain('Seed the e2e domain');
     await expect(row.innerText()).resolves.toContain('admin');
     await labelled('domains');
+    await readable('domains');
     await shot('02-domains');
   });
 
@@ -230,6 +291,7 @@ describe('the console UI', () => {
     await user.getByLabel('Requests per unit').fill('7');
     await page.getByTestId('unsaved').waitFor();
     await labelled('editor (form)');
+    await readable('editor (form)');
     await shot('03-editor-form');
 
     await page.getByRole('tab', { name: 'YAML' }).click();
@@ -238,6 +300,7 @@ describe('the console UI', () => {
     expect(text).toContain('requests_per_unit: 7');
     expect(text).toContain('# one counter per user'); // comments survive the form
     expect(text).toContain('# Limits for the e2e API.');
+    await readable('editor (YAML)');
     await shot('04-editor-yaml');
 
     await page.getByRole('tab', { name: 'Form' }).click();
@@ -272,6 +335,7 @@ describe('the console UI', () => {
     await dialog.getByText('A change message is required.').waitFor();
     await dialog.getByLabel(/Change message/).fill('Lower the per-user limit to 7/hour');
     await labelled('publish dialog');
+    await readable('publish dialog');
     await shot('06-publish-dialog');
     await dialog.getByRole('button', { name: 'Publish', exact: true }).click();
     await page.waitForURL(/\/history\?highlight=\d+/);
@@ -283,6 +347,7 @@ describe('the console UI', () => {
     await expect(row.innerText()).resolves.toContain('admin');
     await row.getByTestId('rollout').filter({ hasText: `${enforcers.length} of ${enforcers.length}` }).waitFor({ timeout: 15_000 });
     await labelled('history');
+    await readable('history');
     await shot('07-history');
   });
 
@@ -297,6 +362,7 @@ describe('the console UI', () => {
     await expect(sbs.locator('td.delete').first().innerText()).resolves.toContain('requests_per_unit: 100');
     await expect(sbs.locator('td.insert').first().innerText()).resolves.toContain('requests_per_unit: 7');
     await labelled('diff');
+    await readable('diff');
     await shot('08-diff');
   });
 
@@ -452,6 +518,7 @@ describe('the console UI', () => {
       );
     }
     await labelled('nodes');
+    await readable('nodes');
     await shot('12-nodes');
   });
 
@@ -468,10 +535,22 @@ describe('the console UI', () => {
     const href = await page.getByRole('link', { name: 'Export CSV' }).getAttribute('href');
     expect(href).toContain('format=csv');
     expect(href).toContain('action=version.rollback');
+    const csv = await page.evaluate(async (u) => {
+      const r = await fetch(u!);
+      return { type: r.headers.get('Content-Type') ?? '', body: await r.text() };
+    }, href);
+    if (csv.type.startsWith('text/csv')) {
+      // A console with the CSV export (issue 5): a header and the one filtered event.
+      const lines = csv.body.trim().split('\n');
+      expect(lines[0]).toMatch(/^id,at,actor,action/);
+      expect(lines.slice(1).every((l) => l.includes('version.rollback'))).toBe(true);
+      expect(lines.length).toBe(2);
+    }
     await page.getByRole('button', { name: 'Verify the chain' }).click();
     await expect(page.getByTestId('verify').innerText()).resolves.toMatch(/intact: \d+ events/);
     await rows.first().getByRole('button', { name: 'Details' }).click();
     await labelled('audit');
+    await readable('audit');
     await shot('13-audit');
   });
 
@@ -493,6 +572,18 @@ describe('the console UI', () => {
     await shot('14-tokens');
     await fresh.getByRole('button', { name: 'I have stored it' }).click();
     await fresh.waitFor({ state: 'detached' });
+
+    // Rotate, where the console lists tokens (issue 5): the old secret stops working at once.
+    const list = page.getByTestId('tokens');
+    if ((await list.count()) > 0) {
+      await list.locator('tr', { hasText: 'ci-deploy' }).getByRole('button', { name: 'Rotate' }).click();
+      await fresh.waitFor();
+      const rotated = await fresh.getByLabel('Token').inputValue();
+      expect(rotated).not.toBe(token);
+      const me = (t: string) => fetch(`${base}/api/v1/me`, { headers: { Authorization: `Bearer ${t}` } }).then((r) => r.status);
+      expect([await me(token), await me(rotated)]).toEqual([401, 200]);
+      await shot('24-token-rotated');
+    }
   });
 
   it('with four-eyes on, a publish waits for another editor, who approves it (users page too)', async (ctx) => {
@@ -563,6 +654,7 @@ describe('the console UI', () => {
       await go(path, heading);
       await page.waitForLoadState('networkidle');
       await labelled(heading);
+      await readable(heading);
       await shot(name);
     }
   });
@@ -574,11 +666,14 @@ describe('the console UI', () => {
     await expect(page.evaluate(() => document.documentElement.dataset.theme)).resolves.toBe('dark');
     const bg = await page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
     expect(bg).toBe('rgb(14, 17, 21)');
+    await readable('domains (dark)');
     await shot('19-domains-dark');
     await go(`/domains/${domain}`, /Domain/);
+    await readable('editor (dark)');
     await shot('20-editor-dark');
     await page.getByRole('tab', { name: 'YAML' }).click();
     await page.locator('.cm-content').waitFor();
+    await readable('editor YAML (dark)');
     await shot('21-editor-yaml-dark');
 
     await page.goto(base + '/domains');
