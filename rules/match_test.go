@@ -50,6 +50,23 @@ descriptors:
   - key: tree
     value: "*"
     rate_limit: {unit: hour, requests_per_unit: 8}
+  - key: quota
+    value: q*
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: month, requests_per_unit: 5000, name: monthly}
+    algorithm: fixed_window
+    calendar: true
+    shards: 4
+    failure_mode: local
+    on_limit: {status: 503}
+  - key: slow
+    rate_limit: {unit: second, requests_per_unit: 5}
+    algorithm: leaky_bucket
+    burst: 10
+    on_limit: {action: delay, max_delay: 1.5s}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
 `
 
 func mustSet(t testing.TB, sources ...string) *Set {
@@ -130,33 +147,192 @@ func TestMatch(t *testing.T) {
 
 func TestMatchLimit(t *testing.T) {
 	s := mustSet(t, matchYAML)
+	reject := OnLimit{Action: Reject, Status: 429}
 	tests := []struct {
 		entries string
 		want    *Limit
 	}{
 		{"api_key=k1", &Limit{
-			Domain: "api", Name: "per-key", Unit: Minute, RequestsPerUnit: 1000, Burst: 1500,
-			Algorithm: TokenBucket, FailureMode: FailClosed, Period: time.Minute,
+			Domain: "api", Name: "per-key", Path: []Level{{Key: "api_key"}}, Unit: Minute, RequestsPerUnit: 1000, Burst: 1500,
+			Algorithm: TokenBucket, FailureMode: FailClosed, Period: time.Minute, Shards: 1, OnLimit: reject,
 		}},
 		{"api_key=k1,route=/search", &Limit{
-			Domain: "api", Name: "api_key.route_/search", Unit: Minute, RequestsPerUnit: 100, Burst: 100,
-			Algorithm: TokenBucket, FailureMode: FailOpen, Period: time.Minute,
+			Domain: "api", Name: "api_key.route_/search", Path: []Level{{Key: "api_key"}, {Key: "route", Value: "/search"}},
+			Unit: Minute, RequestsPerUnit: 100, Burst: 100,
+			Algorithm: TokenBucket, FailureMode: FailOpen, Period: time.Minute, Shards: 1, OnLimit: reject,
 		}},
 		{"api_key=vip", &Limit{
-			Domain: "api", Name: "api_key_vip", Unlimited: true, Algorithm: TokenBucket, FailureMode: FailOpen,
+			Domain: "api", Name: "api_key_vip", Path: []Level{{Key: "api_key", Value: "vip"}}, Unlimited: true,
+			Algorithm: TokenBucket, FailureMode: FailOpen, Shards: 1, OnLimit: reject,
 		}},
 		{"plan=free,user=u1", &Limit{
-			Domain: "api", Name: "plan_free.user", Unit: Day, RequestsPerUnit: 10, Burst: 10,
-			Algorithm: TokenBucket, FailureMode: FailOpen, Period: 24 * time.Hour, ShadowMode: true, DetailedMetric: true,
+			Domain: "api", Name: "plan_free.user", Path: []Level{{Key: "plan", Value: "free"}, {Key: "user"}},
+			Unit: Day, RequestsPerUnit: 10, Burst: 10, Algorithm: TokenBucket, FailureMode: FailOpen, Period: 24 * time.Hour,
+			ShadowMode: true, DetailedMetric: true, Shards: 1, OnLimit: reject,
 		}},
 		{"leaf=x", &Limit{
-			Domain: "api", Name: "leaf", Unit: Second, RequestsPerUnit: 1, Burst: 1,
-			Algorithm: TokenBucket, FailureMode: FailOpen, Period: time.Second, Replaces: []string{"per-key"},
+			Domain: "api", Name: "leaf", Path: []Level{{Key: "leaf"}}, Unit: Second, RequestsPerUnit: 1, Burst: 1,
+			Algorithm: TokenBucket, FailureMode: FailOpen, Period: time.Second, Replaces: []string{"per-key"}, Shards: 1, OnLimit: reject,
+		}},
+		{"quota=q1", &Limit{
+			Domain: "api", Name: "monthly", Path: []Level{{Key: "quota", Value: "q*", ShareThreshold: true, ValueToMetric: true}},
+			Unit: Month, RequestsPerUnit: 5000, Burst: 5000, Algorithm: FixedWindow, FailureMode: FailLocal, Period: 30 * 24 * time.Hour,
+			Calendar: true, Shards: 4, OnLimit: OnLimit{Action: Reject, Status: 503},
+		}},
+		{"slow=s", &Limit{
+			Domain: "api", Name: "slow", Path: []Level{{Key: "slow"}}, Unit: Second, RequestsPerUnit: 5, Burst: 10,
+			Algorithm: LeakyBucket, FailureMode: FailOpen, Period: time.Second, Shards: 1,
+			OnLimit: OnLimit{Action: Delay, MaxDelay: 1500 * time.Millisecond, Status: 429},
+		}},
+		{"blocked=1.2.3.4", &Limit{
+			Domain: "api", Name: "blocked", Path: []Level{{Key: "blocked"}}, Unit: Second, Algorithm: TokenBucket,
+			FailureMode: FailOpen, Period: time.Second, Shards: 1, OnLimit: reject,
 		}},
 	}
 	for _, tt := range tests {
 		if diff := gocmp.Diff(tt.want, s.Match("api", entries(tt.entries))); diff != "" {
 			t.Errorf("Match(%s) (-want +got):\n%s", tt.entries, diff)
+		}
+	}
+	if l := s.Match("api", entries("blocked=1.2.3.4")); !l.BlocksAll() {
+		t.Errorf("a limit of 0: BlocksAll() = false")
+	}
+	for _, q := range []string{"api_key=k1", "api_key=vip"} {
+		if l := s.Match("api", entries(q)); l.BlocksAll() {
+			t.Errorf("Match(%s).BlocksAll() = true", q)
+		}
+	}
+}
+
+// TestCounterEntries checks share_threshold: values matching a shared
+// wildcard count against one counter, others against their own.
+func TestCounterEntries(t *testing.T) {
+	s := mustSet(t, `domain: files
+descriptors:
+  - key: path
+    value: /files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: path
+    value: /img/*
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: tenant
+    descriptors:
+      - key: path
+        value: /api/*
+        share_threshold: true
+        rate_limit: {unit: hour, requests_per_unit: 100}
+`)
+	tests := []struct{ entries, want string }{
+		{"path=/files/a.pdf", "path=/files/*"},
+		{"path=/files/b.csv", "path=/files/*"},
+		{"path=/files/a.pdf,user=u1", "path=/files/*,user=u1"},
+		{"path=/img/a.png", "path=/img/a.png"},
+		{"tenant=t1,path=/api/x", "tenant=t1,path=/api/*"},
+	}
+	for _, tt := range tests {
+		es := entries(tt.entries)
+		l := s.Match("files", es)
+		if l == nil {
+			t.Fatalf("Match(%s) = nil", tt.entries)
+		}
+		if got := l.CounterEntries(es, nil); !slices.Equal(got, entries(tt.want)) {
+			t.Errorf("CounterEntries(%s) = %v, want %v", tt.entries, got, entries(tt.want))
+		}
+		if !slices.Equal(es, entries(tt.entries)) {
+			t.Errorf("CounterEntries changed its argument: %v", es)
+		}
+	}
+	es := entries("path=/files/a.pdf,user=u1")
+	l := s.Match("files", es)
+	buf := make([]Entry, 0, 4)
+	if n := testing.AllocsPerRun(100, func() { l.CounterEntries(es, buf) }); n != 0 {
+		t.Errorf("CounterEntries with a buffer allocates %v times", n)
+	}
+}
+
+func TestMetricName(t *testing.T) {
+	s := mustSet(t, `domain: m
+descriptors:
+  - key: key1
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: key1
+    value: value1
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: route
+    value: /api/*
+    value_to_metric: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: wild
+    value: foo*
+    rate_limit: {unit: minute, requests_per_unit: 5, name: named}
+`)
+	tests := []struct{ entries, want string }{
+		{"key1=unspecified", "key1_unspecified"}, // Lyft's README example 8
+		{"key1=value1", "key1_value1"},
+		{"route=/api/users,user=u1", "route_/api/users.user"},
+		{"wild=foobar", "wild_foo*"},
+	}
+	for _, tt := range tests {
+		es := entries(tt.entries)
+		if got := s.Match("m", es).MetricName(es); got != tt.want {
+			t.Errorf("MetricName(%s) = %q, want %q", tt.entries, got, tt.want)
+		}
+	}
+}
+
+func TestRequestDescriptors(t *testing.T) {
+	s := mustSet(t, `domain: gw
+request_descriptors:
+  - entries:
+      - {key: api_key, from: header, name: X-API-Key}
+      - {key: route, from: path}
+  - entries:
+      - {key: scope, value: global}
+  - entries:
+      - {key: page, from: query, name: page}
+descriptors:
+  - key: api_key
+    descriptors:
+      - key: route
+        rate_limit: {unit: second, requests_per_unit: 10}
+  - key: scope
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: page
+    rate_limit: {unit: second, requests_per_unit: 1000}
+`, "domain: other")
+	rds := s.RequestDescriptors("gw")
+	if len(rds) != 3 || s.RequestDescriptors("other") != nil || s.RequestDescriptors("nope") != nil {
+		t.Fatalf("RequestDescriptors = %+v", rds)
+	}
+	request := map[string]string{"header X-API-Key": "k1", "path ": "/search", "query page": ""}
+	lookup := func(e RequestEntry) (string, bool) {
+		v, ok := request[string(e.From)+" "+e.Name]
+		return v, ok
+	}
+	tests := []struct {
+		rd   RequestDescriptor
+		want string
+		ok   bool
+	}{
+		{rds[0], "api_key=k1,route=/search", true},
+		{rds[1], "scope=global", true},
+		{rds[2], "", false}, // an empty query parameter counts as missing
+		{RequestDescriptor{Entries: []RequestEntry{{Key: "ua", From: FromHeader, Name: "User-Agent"}}}, "", false},
+	}
+	for i, tt := range tests {
+		got, ok := tt.rd.Resolve(lookup, nil)
+		if ok != tt.ok || ok && !slices.Equal(got, entries(tt.want)) {
+			t.Errorf("%d: Resolve = %v, %t; want %v, %t", i, got, ok, entries(tt.want), tt.ok)
+		}
+		if ok && s.Match("gw", got) == nil {
+			t.Errorf("%d: the resolved descriptor %v matches no limit", i, got)
 		}
 	}
 }
@@ -225,7 +401,7 @@ func TestSet(t *testing.T) {
 	if got, want := s.Domains(), []string{"api", "empty", "web"}; !slices.Equal(got, want) {
 		t.Errorf("Domains() = %q, want %q", got, want)
 	}
-	if got, want := s.Len(), 11; got != want {
+	if got, want := s.Len(), 14; got != want {
 		t.Errorf("Len() = %d, want %d", got, want)
 	}
 	s.Domains()[0] = "changed"
@@ -262,8 +438,17 @@ func TestCompileInvalid(t *testing.T) {
 		{"twice", []*Domain{ok, {Name: "ok"}}, []string{`ok: domain: domain "ok" is given twice`}},
 		{"unit", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k", RateLimit: &RateLimit{Unit: "fortnight", RequestsPerUnit: 1}}}}},
 			[]string{`a: descriptors[0].rate_limit.unit: "fortnight" is not a unit (second, minute, hour, day, week, month, year)`}},
-		{"zero", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k", RateLimit: &RateLimit{Unit: Second}}}}},
-			[]string{"a: descriptors[0].rate_limit.requests_per_unit: requests_per_unit must be greater than 0"}},
+		{"delay", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 1}, OnLimit: &OnLimit{Action: Delay, Status: 99}}}}},
+			[]string{"a: descriptors[0].on_limit.max_delay: max_delay is required with action delay (the longest a request may wait, like 2s)",
+				"a: descriptors[0].on_limit.status: status must be from 400 to 599"}},
+		{"shards", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 100}, Shards: 65}}}},
+			[]string{"a: descriptors[0].shards: shards must be at most 64"}},
+		{"utf-8", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k\xff", Value: "\xfe"}}}},
+			[]string{"a: descriptors[0].key: key must be valid UTF-8 text", "a: descriptors[0].value: value must be valid UTF-8 text"}},
+		{"request descriptors", []*Domain{{Name: "a", RequestDescriptors: make([]RequestDescriptor, MaxRequestDescriptors+1)}},
+			[]string{"a: request_descriptors: a domain may have at most 64 request descriptors"}},
+		{"request descriptor entries", []*Domain{{Name: "a", RequestDescriptors: []RequestDescriptor{{Entries: make([]RequestEntry, MaxDepth+1)}}}},
+			[]string{"a: request_descriptors[0].entries: a request descriptor may have at most 16 entries (descriptors nest at most 16 levels)"}},
 		{"too much", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k", Burst: 2e9, RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 2e9}}}}},
 			[]string{"a: descriptors[0].rate_limit.requests_per_unit: requests_per_unit must be at most 1000000000", "a: descriptors[0].burst: burst must be at most 1000000000"}},
 		{"duplicate", []*Domain{{Name: "a", Descriptors: []Descriptor{{Key: "k"}, {Key: "k"}}}},
