@@ -337,35 +337,116 @@ descriptors:
 	}
 }
 
-// TestMatchLyft loads envoyproxy/ratelimit README-style configs unchanged
-// and checks they match as they do there.
-func TestMatchLyft(t *testing.T) {
+// lyftSet compiles testdata/valid files.
+func lyftSet(t *testing.T, files ...string) *Set {
+	t.Helper()
 	var sources []string
-	for _, f := range []string{"lyft_messaging.yaml", "lyft_edge_proxy.yaml", "lyft_nested.yaml"} {
+	for _, f := range files {
 		src, err := os.ReadFile("testdata/valid/" + f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sources = append(sources, string(src))
 	}
-	s := mustSet(t, sources...)
+	return mustSet(t, sources...)
+}
+
+// TestMatchLyftReadme loads every example config of envoyproxy/ratelimit's
+// README unchanged and checks that requests match as the README says.
+func TestMatchLyftReadme(t *testing.T) {
+	type want struct {
+		name      string // "" for no limit
+		rpu       uint32
+		unit      Unit
+		unlimited bool
+		shadow    bool
+	}
+	tests := []struct {
+		file    string
+		domain  string
+		entries string
+		want    want
+	}{
+		// Example 1: two values of one key.
+		{"lyft_example1.yaml", "mongo_cps", "database=users", want{"database_users", 500, Second, false, false}},
+		{"lyft_example1.yaml", "mongo_cps", "database=default", want{"database_default", 500, Second, false, false}},
+		{"lyft_example1.yaml", "mongo_cps", "database=other", want{}},
+		// Example 2: a placeholder level, and a key without a value.
+		{"lyft_example2.yaml", "messaging", "message_type=marketing,to_number=2061111111", want{"message_type_marketing.to_number", 5, Day, false, false}},
+		{"lyft_example2.yaml", "messaging", "message_type=marketing,to_number=2062222222", want{"message_type_marketing.to_number", 5, Day, false, false}},
+		{"lyft_example2.yaml", "messaging", "to_number=2061111111", want{"to_number", 100, Day, false, false}},
+		{"lyft_example2.yaml", "messaging", "message_type=marketing", want{}},
+		// Example 3: the exact value beats the key alone; 0 blocks.
+		{"lyft_example3.yaml", "edge_proxy_per_ip", "remote_address=50.0.0.1", want{"remote_address", 10, Second, false, false}},
+		{"lyft_example3.yaml", "edge_proxy_per_ip", "remote_address=50.0.0.5", want{"remote_address_50.0.0.5", 0, Second, false, false}},
+		// Example 4: a request matches only at its own depth.
+		{"lyft_example4a.yaml", "example4", "key=value,subkey=subvalue", want{}},
+		{"lyft_example4a.yaml", "example4", "key=value", want{"key_value", 300, Second, false, false}},
+		{"lyft_example4b.yaml", "example4", "key=value,subkey=subvalue", want{"key_value.subkey", 300, Second, false, false}},
+		{"lyft_example4b.yaml", "example4", "key=value", want{}},
+		// Example 5: unlimited.
+		{"lyft_example5.yaml", "internal", "ldap=cn", want{"ldap", 0, "", true, false}},
+		{"lyft_example5.yaml", "internal", "azure=x", want{"azure", 100, Minute, false, false}},
+		// Example 6: shadow mode.
+		{"lyft_example6.yaml", "example6", "service=auth-service,user=user-a", want{"service.user_user-a", 10, Second, false, true}},
+		{"lyft_example6.yaml", "example6", "service=auth-service,user=user-b", want{"service.user_user-b", 20, Second, false, false}},
+		{"lyft_example6.yaml", "example6", "service=auth-service,user=user-c", want{}},
+		// Example 7: named limits (replaces is checked below).
+		{"lyft_example7.yaml", "example7", "key_1=value_1,user=bkthomps", want{"specific_limit", 5, Second, false, false}},
+		{"lyft_example7.yaml", "example7", "key_2=value_2,user=bkthomps", want{"key_2_value_2.user_bkthomps", 10, Second, false, false}},
+		// Example 8: detailed_metric changes metrics, not matching.
+		{"lyft_example8.yaml", "example8", "key1=unspecified_value", want{"key1", 10, Minute, false, false}},
+		{"lyft_example8.yaml", "example8", "key1=value1", want{"key1_value1", 20, Minute, false, false}},
+		// Example 9: a wildcard value.
+		{"lyft_example9.yaml", "example9", "key1=value_1", want{"key1_value*", 20, Minute, false, false}},
+		{"lyft_example9.yaml", "example9", "key1=value_2", want{"key1_value*", 20, Minute, false, false}},
+		{"lyft_example9.yaml", "example9", "key1=other", want{}},
+	}
+	for _, tt := range tests {
+		s := lyftSet(t, tt.file)
+		l := s.Match(tt.domain, entries(tt.entries))
+		var got want
+		if l != nil {
+			got = want{l.Name, l.RequestsPerUnit, l.Unit, l.Unlimited, l.ShadowMode}
+		}
+		if got != tt.want {
+			t.Errorf("%s: Match(%s) = %+v, want %+v", tt.file, tt.entries, got, tt.want)
+		}
+	}
+
+	s := lyftSet(t, "lyft_example3.yaml")
+	if !s.Match("edge_proxy_per_ip", entries("remote_address=50.0.0.5")).BlocksAll() {
+		t.Errorf("example 3: the black-listed address is not blocked")
+	}
+	s = lyftSet(t, "lyft_example7.yaml")
+	if l := s.Match("example7", entries("key_2=value_2,user=bkthomps")); !slices.Equal(l.Replaces, []string{"specific_limit"}) {
+		t.Errorf("example 7: Replaces = %q, want [specific_limit]", l.Replaces)
+	}
+	s = lyftSet(t, "lyft_example8.yaml")
+	es := entries("key1=unspecified_value")
+	if got := s.Match("example8", es).MetricName(es); got != "key1_unspecified_value" {
+		t.Errorf("example 8: MetricName = %q, want key1_unspecified_value", got)
+	}
+}
+
+// TestMatchLyft checks Lyft-format configs beyond the README's examples.
+func TestMatchLyft(t *testing.T) {
+	s := lyftSet(t, "lyft_edge_proxy.yaml", "lyft_nested.yaml", "lyft_units.yaml", "lyft_share_threshold.yaml")
 	tests := []struct {
 		domain, entries string
 		want            string
 		rpu             uint32
 	}{
-		{"messaging", "message_type=marketing,to_number=2061234567", "message_type_marketing.to_number", 5},
-		{"messaging", "to_number=2061234567", "to_number", 100},
-		{"messaging", "message_type=transactional,to_number=2061234567", "", 0},
-		{"edge_proxy_per_ip", "remote_address=10.0.0.2", "remote_address", 10},
-		{"edge_proxy_per_ip", "remote_address=10.0.0.1", "remote_address_10.0.0.1", 0},
-		{"edge_proxy_per_ip", "remote_address=50.0.0.9", "remote_address_50.0.0.*", 60},
+		{"edge_proxy", "remote_address=10.0.0.2", "remote_address", 10},
+		{"edge_proxy", "remote_address=10.0.0.1", "remote_address_10.0.0.1", 0},
+		{"edge_proxy", "remote_address=50.0.0.9", "remote_address_50.0.0.*", 60},
 		{"proxy", "source_cluster=proxy,destination_cluster=bkthomps", "source_cluster_proxy.destination_cluster_bkthomps", 30},
 		{"proxy", "source_cluster=proxy,destination_cluster=mock1", "source_cluster_proxy.destination_cluster_mock*", 100},
 		{"proxy", "source_cluster=proxy,destination_cluster=mock_special_1", "source_cluster_proxy.destination_cluster_mock_special*", 200},
 		{"proxy", "source_cluster=proxy,destination_cluster=other", "source_cluster_proxy.destination_cluster", 1000},
 		{"proxy", "api_key=a,path=/x", "per-path", 20},
 		{"proxy", "api_key=a,path=/health", "api_key.path_/health", 200},
+		{"lyft_share_threshold", "files=files/a.pdf", "files_files/*", 100},
 	}
 	for _, tt := range tests {
 		l := s.Match(tt.domain, entries(tt.entries))
@@ -381,8 +462,86 @@ func TestMatchLyft(t *testing.T) {
 	if l := s.Match("proxy", entries("api_key=a,path=/health")); !slices.Equal(l.Replaces, []string{"per-path"}) {
 		t.Errorf("Replaces = %q, want [per-path]", l.Replaces)
 	}
-	if l := s.Match("edge_proxy_per_ip", entries("remote_address=50.0.0.9")); !l.ShadowMode || !l.DetailedMetric {
+	if l := s.Match("edge_proxy", entries("remote_address=50.0.0.9")); !l.ShadowMode || !l.DetailedMetric {
 		t.Errorf("shadow_mode, detailed_metric = %t, %t; want both", l.ShadowMode, l.DetailedMetric)
+	}
+	for _, u := range units {
+		l := s.Match("lyft_units", []Entry{{Key: "u", Value: string(u)}})
+		if l == nil || l.Unit != u || l.Period != u.Period() {
+			t.Errorf("unit %s: Match = %+v", u, l)
+		}
+	}
+	// share_threshold: files/a.pdf and files/b.csv share a counter; models/*
+	// values do not.
+	for _, tt := range []struct{ a, b string }{{"files=files/a.pdf", "files=files/b.csv"}, {"models=models/a", "models=models/b"}} {
+		ea, eb := entries(tt.a), entries(tt.b)
+		ka := s.Match("lyft_share_threshold", ea).CounterEntries(ea, nil)
+		kb := s.Match("lyft_share_threshold", eb).CounterEntries(eb, nil)
+		shared := strings.HasPrefix(tt.a, "files")
+		if slices.Equal(ka, kb) != shared {
+			t.Errorf("%s and %s: counter entries %v and %v; want shared: %t", tt.a, tt.b, ka, kb, shared)
+		}
+	}
+}
+
+// TestMatchPrecedence pins each rule of Lyft's matching, one case each.
+func TestMatchPrecedence(t *testing.T) {
+	s := mustSet(t, `domain: p
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1, name: key-only}
+    descriptors:
+      - key: sub
+        rate_limit: {unit: second, requests_per_unit: 1, name: key-only.sub}
+  - key: k
+    value: abc
+    rate_limit: {unit: second, requests_per_unit: 1, name: exact}
+  - key: k
+    value: ab*
+    rate_limit: {unit: second, requests_per_unit: 1, name: wildcard-ab}
+  - key: k
+    value: abcd*
+    rate_limit: {unit: second, requests_per_unit: 1, name: wildcard-abcd}
+  - key: k
+    value: a*
+    descriptors:
+      - key: sub
+        rate_limit: {unit: second, requests_per_unit: 1, name: wildcard-a.sub}
+  - key: parent
+    descriptors:
+      - key: child
+        rate_limit: {unit: second, requests_per_unit: 1, name: child}
+`)
+	tests := []struct {
+		rule, entries, want string
+	}{
+		{"an exact value beats every wildcard", "k=abc", "exact"},
+		{"a wildcard matches any value with its prefix", "k=abcd", "wildcard-abcd"},
+		{"the longest matching wildcard wins", "k=abcde", "wildcard-abcd"},
+		{"a shorter wildcard when the longer does not match", "k=abx", "wildcard-ab"},
+		{"a wildcard beats the key alone, even without a limit of its own", "k=ax", ""},
+		{"the key alone when no value matches", "k=zzz", "key-only"},
+		{"the key alone matches an empty value", "k", "key-only"},
+		{"a wildcard matches its own text exactly", "k=ab*", "wildcard-ab"},
+		{"the chosen descriptor is not backtracked from", "k=abc,sub=x", ""},
+		{"a nested level under a wildcard", "k=a1,sub=x", "wildcard-a.sub"},
+		{"a nested level under the key alone", "k=zzz,sub=x", "key-only.sub"},
+		{"the limit of the last entry's descriptor applies", "parent=p,child=c", "child"},
+		{"a descriptor without a limit gives none, even with nested limits", "parent=p", ""},
+		{"more entries than levels match nothing", "parent=p,child=c,extra=e", ""},
+		{"entries in another order match nothing", "child=c,parent=p", ""},
+		{"keys are case-sensitive", "K=abc", ""},
+		{"values are case-sensitive", "k=ABC", "key-only"},
+	}
+	for _, tt := range tests {
+		l := s.Match("p", entries(tt.entries))
+		got := ""
+		if l != nil {
+			got = l.Name
+		}
+		if got != tt.want {
+			t.Errorf("%s: Match(%s) = %q, want %q", tt.rule, tt.entries, got, tt.want)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 )
@@ -100,12 +101,13 @@ func TestParseInvalid(t *testing.T) {
 	}
 }
 
+// TestParseValid checks that every fixture in testdata/valid parses, and that
+// Compile accepts what Parse accepts.
 func TestParseValid(t *testing.T) {
 	files, err := filepath.Glob("testdata/valid/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixtures: %v", err)
 	}
-	var domains []*Domain
 	for _, file := range files {
 		src, err := os.ReadFile(file)
 		if err != nil {
@@ -116,10 +118,9 @@ func TestParseValid(t *testing.T) {
 			t.Errorf("Parse(%s): %v", file, err)
 			continue
 		}
-		domains = append(domains, d)
-	}
-	if _, err := Compile(domains); err != nil {
-		t.Errorf("Compile: %v", err)
+		if _, err := Compile([]*Domain{d}); err != nil {
+			t.Errorf("Compile(%s): %v", file, err)
+		}
 	}
 }
 
@@ -145,7 +146,8 @@ func TestParseResult(t *testing.T) {
 				},
 			},
 			{Key: "plan", Value: "free", RateLimit: &RateLimit{Unit: Day, RequestsPerUnit: 10000}, ShadowMode: true},
-			{Key: "remote_address", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 10}, FailureMode: FailLocal},
+			{Key: "remote_address", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 10}, FailureMode: FailLocal,
+				OnLimit: &OnLimit{Action: Delay, MaxDelay: 2 * time.Second}},
 		},
 	}
 	if diff := gocmp.Diff(want, got); diff != "" {
