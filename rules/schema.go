@@ -72,7 +72,7 @@ var objects = []*object{
 			{name: "value_to_metric", kind: boolKind, doc: "Put the request's value of this level in metric names."},
 			{name: "share_threshold", kind: boolKind,
 				doc: "For a wildcard value (ending in *): all matching values share one counter instead of one each."},
-			{name: "algorithm", kind: enumKind, enum: strs(algorithms),
+			{name: "algorithm", kind: enumKind, enum: strs(supportedAlgorithms),
 				doc: "How requests are counted (default token_bucket)."},
 			{name: "burst", kind: intKind, min: 1, max: MaxRequestsPerUnit,
 				doc: "Capacity of a token or leaky bucket (default requests_per_unit)."},
