@@ -154,8 +154,8 @@ type OnLimit struct {
 
 // Entry is one key/value pair of a request descriptor.
 type Entry struct {
-	Key   string
-	Value string
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
 }
 
 // Source is where gateway mode takes a request descriptor entry's value.
