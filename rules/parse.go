@@ -688,3 +688,43 @@ func position(n *yaml.Node) (line, col int) {
 	}
 	return n.Line, n.Column
 }
+
+// File is one domain's YAML and the name problems give for it.
+type File struct {
+	Name string
+	YAML []byte
+}
+
+// ParseAll parses several domain files as Parse does, then checks them
+// together as one ruleset: a domain defined in two files is a problem at the
+// second. The error is a *ValidationError listing every problem of every
+// file, file by file; the domains are returned only when there is none.
+func ParseAll(files []File) ([]*Domain, error) {
+	var problems []Problem
+	domains := make([]*Domain, 0, len(files))
+	first := map[string]string{} // domain name → file that defines it
+	for _, f := range files {
+		d, err := Parse(f.Name, f.YAML)
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				return nil, err
+			}
+			problems = append(problems, ve.Problems...)
+			continue
+		}
+		if other, dup := first[d.Name]; dup {
+			root, _, _ := parseYAML(f.YAML)
+			line, col := position(nodeAt(root, "domain"))
+			problems = append(problems, Problem{File: f.Name, Line: line, Column: col, Path: "domain",
+				Message: fmt.Sprintf("domain %s is already defined in %s", quote(d.Name), other)})
+			continue
+		}
+		first[d.Name] = f.Name
+		domains = append(domains, d)
+	}
+	if len(problems) > 0 {
+		return nil, &ValidationError{Problems: problems}
+	}
+	return domains, nil
+}

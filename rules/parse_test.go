@@ -356,3 +356,25 @@ func TestParseDocuments(t *testing.T) {
 		}
 	}
 }
+
+func TestParseAll(t *testing.T) {
+	a := File{Name: "a.yaml", YAML: []byte("domain: api\n")}
+	b := File{Name: "b.yaml", YAML: []byte("# the same domain again\ndomain:   api\n")}
+	bad := File{Name: "bad.yaml", YAML: []byte("domain: web\ndescriptors: 3\n")}
+	ok := File{Name: "ok.yaml", YAML: []byte("domain: web\n")}
+
+	ds, err := ParseAll([]File{a, ok})
+	if err != nil || len(ds) != 2 || ds[0].Name != "api" || ds[1].Name != "web" {
+		t.Fatalf("ParseAll = %v, %v", ds, err)
+	}
+	_, err = ParseAll([]File{a, bad, b})
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("ParseAll = %v; want a *ValidationError", err)
+	}
+	want := "bad.yaml:2:14: descriptors: descriptors must be a list, not 3\n" +
+		`b.yaml:2:11: domain: domain "api" is already defined in a.yaml`
+	if got := err.Error(); got != want {
+		t.Errorf("ParseAll error:\n%s\nwant:\n%s", got, want)
+	}
+}

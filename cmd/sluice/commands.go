@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/enforcer"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/migrations"
-	"github.com/sluicehq/sluice/rules"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"
@@ -132,47 +131,6 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	fmt.Fprintln(stdout, "database migrated")
-	return nil
-}
-
-func runRules(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stderr, "usage: sluice rules check FILE...")
-		return exitError{2}
-	}
-	files := args[1:]
-	if len(files) == 0 {
-		fmt.Fprintln(stderr, "usage: sluice rules check FILE...")
-		return exitError{2}
-	}
-	failed := false
-	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", f, err)
-			failed = true
-			continue
-		}
-		d, err := rules.Parse(f, src)
-		if err == nil {
-			_, err = rules.Compile([]*rules.Domain{d})
-		}
-		if err != nil {
-			failed = true
-			if ve, ok := err.(*rules.ValidationError); ok {
-				for _, p := range ve.Details() {
-					fmt.Fprintln(stdout, p.String())
-				}
-			} else {
-				fmt.Fprintf(stderr, "%s: %v\n", f, err)
-			}
-			continue
-		}
-		fmt.Fprintf(stdout, "%s: ok (domain %s)\n", f, d.Name)
-	}
-	if failed {
-		return exitError{1}
-	}
 	return nil
 }
 
