@@ -219,3 +219,15 @@ func FuzzFormat(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUnifiedDiff checks that a diff between any two texts applies, turning
+// the first into the second, and is minimal for small inputs.
+func FuzzUnifiedDiff(f *testing.F) {
+	f.Add("a\nb\nc\n", "a\nc\nd")
+	f.Add("", "x\n")
+	f.Add("1\n2\n3\n4\n5\n6\n7\n8\n9\n", "1\n2\n3\n4\n5\n6\n7\n8\n9")
+	f.Fuzz(func(t *testing.T, old, new string) {
+		defer watchdog(old + "\x00" + new)()
+		checkPatch(t, old, new, UnifiedDiff("f.yaml", old, new))
+	})
+}
