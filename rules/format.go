@@ -119,16 +119,15 @@ func encode(doc *yaml.Node, root *yaml.Node) ([]byte, error) {
 func spaceOut(src []byte) []byte {
 	lines := strings.Split(string(src), "\n")
 	out := make([]string, 0, len(lines)+len(lines)/4)
-	seenItem, seenList := false, false
+	seenItem := false // an item of the current top-level list
 	for _, line := range lines {
 		var blank bool
 		switch {
 		case strings.HasPrefix(line, "  - "):
 			blank, seenItem = seenItem, true
 		case line != "" && line[0] != ' ' && line[0] != '#':
-			blank = seenList
-			seenList = seenList || seenItem
-			seenItem = false
+			// A top-level key: after a list, leave a line.
+			blank, seenItem = seenItem, false
 		}
 		if blank {
 			// Step back over the comment lines that lead into this line.

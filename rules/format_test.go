@@ -171,6 +171,7 @@ request_descriptors:
         from: remote_address
       - key: tier
         value: gold
+
 descriptors:
   - key: ip
     descriptors:
