@@ -213,6 +213,12 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 	}
 	if v := f["rate_limit"]; !isNull(v) {
 		d.RateLimit = p.rateLimit(v, join(path, "rate_limit"))
+		if d.RateLimit == nil {
+			// Unreadable, and reported. Stand in a plain limit so that the
+			// checker does not also call the descriptor's other fields
+			// pointless without one.
+			d.RateLimit = &RateLimit{Unit: Second, RequestsPerUnit: MaxRequestsPerUnit}
+		}
 	}
 	if v := f["shadow_mode"]; !isNull(v) {
 		d.ShadowMode, _ = p.boolean(v, join(path, "shadow_mode"), "shadow_mode")
@@ -275,9 +281,18 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *RateLimit {
 	case !isNull(v) && rl.Unlimited:
 		p.fail(v, join(path, "requests_per_unit"), "an unlimited rate limit takes no requests_per_unit")
 	case !isNull(v):
+		before := len(p.problems)
 		rl.RequestsPerUnit = uint32(p.whole(v, join(path, "requests_per_unit"), "requests_per_unit", 0, MaxRequestsPerUnit))
+		if len(p.problems) > before {
+			// Reported; and 0, which blocks, would make the checker find
+			// fault with burst, shards or on_limit as well.
+			rl.RequestsPerUnit = MaxRequestsPerUnit
+		}
 	case known && !rl.Unlimited:
 		p.require(cmp.Or(v, n), join(path, "requests_per_unit"), "requests_per_unit is required")
+		rl.RequestsPerUnit = MaxRequestsPerUnit // as above
+	case !known:
+		rl.RequestsPerUnit = MaxRequestsPerUnit // as above
 	}
 	if !known {
 		// The checker would otherwise ask for what the user may not need.
