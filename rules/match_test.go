@@ -733,10 +733,12 @@ func BenchmarkMatch(b *testing.B) {
 	s, qs := benchSet(b)
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
+		done := measureCPU(b)
 		for i := 0; b.Loop(); i++ {
 			q := qs[i%len(qs)]
 			s.Match(q.domain, q.entries)
 		}
+		done()
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
@@ -763,10 +765,11 @@ func BenchmarkMatch(b *testing.B) {
 			flat[keys[i]] = s.Match(q.domain, q.entries)
 		}
 		b.ReportAllocs()
-		b.ResetTimer()
+		done := measureCPU(b)
 		for i := 0; b.Loop(); i++ {
 			_ = flat[keys[i%len(keys)]]
 		}
+		done()
 	})
 }
 
@@ -777,6 +780,7 @@ func BenchmarkLoad(b *testing.B) {
 	sources := benchSources()
 	b.Run("yaml_decode", func(b *testing.B) {
 		b.ReportAllocs()
+		done := measureCPU(b)
 		for b.Loop() {
 			for _, src := range sources {
 				var n yaml.Node
@@ -785,20 +789,25 @@ func BenchmarkLoad(b *testing.B) {
 				}
 			}
 		}
+		done()
 	})
 	b.Run("parse", func(b *testing.B) {
 		b.ReportAllocs()
+		done := measureCPU(b)
 		for b.Loop() {
 			benchDomains(b, sources)
 		}
+		done()
 	})
 	domains := benchDomains(b, sources)
 	b.Run("compile", func(b *testing.B) {
 		b.ReportAllocs()
+		done := measureCPU(b)
 		for b.Loop() {
 			if _, err := Compile(domains); err != nil {
 				b.Fatal(err)
 			}
 		}
+		done()
 	})
 }
