@@ -48,6 +48,7 @@ func (c *clock) advance(d time.Duration) {
 
 type fixture struct {
 	api    *api.API
+	url    string // the test database
 	srv    *httptest.Server
 	store  *store.Store
 	clock  *clock
@@ -64,7 +65,8 @@ var credentials = []string{"", "garbage", "viewer", "editor", "admin", "node", "
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	url := testenv.PostgresURL(t)
+	st, err := store.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +76,7 @@ func newFixture(t *testing.T) *fixture {
 	a := api.New(api.Config{Store: st, Hub: hub.New(st, log), Log: log, LoginThrottle: api.NewTestThrottle(clk.now)})
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
-	f := &fixture{api: a, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{}}
+	f := &fixture{api: a, url: url, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{}}
 	for _, role := range []string{"viewer", "editor", "admin", "node"} {
 		f.token(t, role, role, nil)
 	}
