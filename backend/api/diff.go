@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"slices"
@@ -21,23 +22,36 @@ type diffJSON struct {
 }
 
 type domainDiffJSON struct {
-	Name    string            `json:"name"`
-	Change  string            `json:"change"`  // added, removed or changed
-	Unified string            `json:"unified"` // unified diff of the YAML
-	Changes []limitChangeJSON `json:"changes"` // limits added, removed or changed
+	Name    string       `json:"name"`
+	Change  string       `json:"change"`  // added, removed or changed
+	Unified string       `json:"unified"` // unified diff of the YAML
+	Changes []changeJSON `json:"changes"` // structured: domain and limits added, removed or changed
 	// Error is set when one side's YAML no longer parses, so Changes could
 	// not be computed (Unified still shows the text).
 	Error string `json:"error,omitempty"`
 }
 
-// limitChangeJSON is one limit added, removed or changed.
-type limitChangeJSON struct {
-	Domain string     `json:"domain"`
-	Path   string     `json:"path"`
-	Change string     `json:"change"` // added, removed or changed
-	Before *limitJSON `json:"before,omitempty"`
-	After  *limitJSON `json:"after,omitempty"`
-	Fields []string   `json:"fields,omitempty"` // what changed, for "changed"
+// changeJSON is one difference between two rulesets: a domain added or
+// removed, or a limit added, removed or changed with each differing setting
+// before and after (as text, "" meaning not set). It has the shape of
+// rules.Change, so that the rules package's Diff can fill it.
+type changeJSON struct {
+	Kind   string            `json:"kind"` // domain_added, domain_removed, limit_added, limit_removed, limit_changed
+	Domain string            `json:"domain"`
+	Path   []entryJSON       `json:"path,omitempty"` // the descriptors leading to the limit
+	Name   string            `json:"name,omitempty"` // the limit's name
+	Fields []fieldChangeJSON `json:"fields,omitempty"`
+}
+
+type entryJSON struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+}
+
+type fieldChangeJSON struct {
+	Field  string `json:"field"` // as in the YAML, like rate_limit.requests_per_unit
+	Before string `json:"before"`
+	After  string `json:"after"`
 }
 
 // pathVersion reads a version number; 0 means the empty ruleset before the
@@ -110,7 +124,7 @@ func diffDomains(old, cur []store.DomainRevision) []domainDiffJSON {
 		if inA && inB && a == b {
 			continue
 		}
-		d := domainDiffJSON{Name: n, Change: "changed", Unified: unifiedDiff(n+".yaml", a, b), Changes: []limitChangeJSON{}}
+		d := domainDiffJSON{Name: n, Change: "changed", Unified: unifiedDiff(n+".yaml", a, b), Changes: []changeJSON{}}
 		switch {
 		case !inA:
 			d.Change = "added"
@@ -134,38 +148,30 @@ func diffDomains(old, cur []store.DomainRevision) []domainDiffJSON {
 			*side.into = append(*side.into, dom)
 		}
 		if d.Error == "" {
-			d.Changes = limitChanges(olds, news)
+			d.Changes = structuredDiff(olds, news)
 		}
 		out = append(out, d)
 	}
 	return out
 }
 
-// limitChanges lists the limits added, removed or changed between two sets
-// of domains, by domain and path.
+// structuredDiff lists the changes from the domains old to the domains cur:
+// domains added and removed (followed by their limits), then limits added,
+// removed and changed, by domain and descriptor path. Settings are compared
+// with defaults resolved.
 //
 // This is the API's own comparison until the rules package exports
-// rules.Diff; then the body becomes a conversion of rules.Diff(old, cur).
-func limitChanges(old, cur []*rules.Domain) []limitChangeJSON {
-	index := func(ds []*rules.Domain) map[string]map[string]limitJSON {
-		m := make(map[string]map[string]limitJSON, len(ds))
+// rules.Diff, whose Change has the same shape; then the body becomes a copy
+// of rules.Diff(old, cur) into []changeJSON.
+func structuredDiff(old, cur []*rules.Domain) []changeJSON {
+	index := func(ds []*rules.Domain) map[string][]pathLimit {
+		m := make(map[string][]pathLimit, len(ds))
 		for _, d := range ds {
-			m[d.Name] = make(map[string]limitJSON)
-			for _, l := range limitsOf(d) {
-				m[d.Name][l.Path] = l
-			}
+			m[d.Name] = pathLimits(d)
 		}
 		return m
 	}
 	before, after := index(old), index(cur)
-	out := []limitChangeJSON{}
-	keys := func(m map[string]limitJSON) []string {
-		ks := make([]string, 0, len(m))
-		for k := range m {
-			ks = append(ks, k)
-		}
-		return ks
-	}
 	var domains []string
 	for d := range before {
 		domains = append(domains, d)
@@ -176,45 +182,152 @@ func limitChanges(old, cur []*rules.Domain) []limitChangeJSON {
 		}
 	}
 	slices.Sort(domains)
+	out := []changeJSON{}
 	for _, d := range domains {
-		paths := append(keys(before[d]), keys(after[d])...)
-		slices.Sort(paths)
-		paths = slices.Compact(paths)
-		for _, p := range paths {
-			b, inB := before[d][p]
-			a, inA := after[d][p]
-			switch {
-			case !inB:
-				out = append(out, limitChangeJSON{Domain: d, Path: p, Change: "added", After: &a})
-			case !inA:
-				out = append(out, limitChangeJSON{Domain: d, Path: p, Change: "removed", Before: &b})
-			default:
-				if fields := changedFields(b, a); len(fields) > 0 {
-					out = append(out, limitChangeJSON{Domain: d, Path: p, Change: "changed", Before: &b, After: &a, Fields: fields})
-				}
-			}
+		b, inB := before[d]
+		a, inA := after[d]
+		switch {
+		case !inB:
+			out = append(out, changeJSON{Kind: "domain_added", Domain: d})
+		case !inA:
+			out = append(out, changeJSON{Kind: "domain_removed", Domain: d})
 		}
+		out = append(out, limitDiff(d, b, a)...)
 	}
 	return out
 }
 
-func changedFields(a, b limitJSON) []string {
-	var out []string
-	add := func(name string, differ bool) {
-		if differ {
-			out = append(out, name)
+// pathLimit is a limit with the descriptor path that leads to it.
+type pathLimit struct {
+	path  []entryJSON
+	limit limitJSON
+}
+
+func pathLimits(d *rules.Domain) []pathLimit {
+	var out []pathLimit
+	var walk func(ds []rules.Descriptor, path []entryJSON)
+	walk = func(ds []rules.Descriptor, path []entryJSON) {
+		for _, desc := range ds {
+			p := append(path[:len(path):len(path)], entryJSON{Key: desc.Key, Value: desc.Value})
+			if desc.RateLimit != nil {
+				out = append(out, pathLimit{p, limitOf(desc, pathName(p))})
+			}
+			walk(desc.Descriptors, p)
 		}
 	}
-	add("name", a.Name != b.Name)
-	add("unit", a.Unit != b.Unit)
-	add("requests_per_unit", a.RequestsPerUnit != b.RequestsPerUnit)
-	add("burst", a.Burst != b.Burst)
-	add("algorithm", a.Algorithm != b.Algorithm)
-	add("unlimited", a.Unlimited != b.Unlimited)
-	add("shadow_mode", a.ShadowMode != b.ShadowMode)
-	add("detailed_metric", a.DetailedMetric != b.DetailedMetric)
-	add("failure_mode", a.FailureMode != b.FailureMode)
-	add("replaces", !slices.Equal(a.Replaces, b.Replaces))
+	walk(d.Descriptors, nil)
+	return out
+}
+
+func pathName(p []entryJSON) string {
+	parts := make([]string, len(p))
+	for i, e := range p {
+		parts[i] = e.Key
+		if e.Value != "" {
+			parts[i] += "_" + e.Value
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+// pathKey identifies a path without ambiguity, whatever keys and values hold.
+func pathKey(p []entryJSON) string {
+	var b strings.Builder
+	for _, e := range p {
+		b.WriteString(strconv.Quote(e.Key))
+		b.WriteString(strconv.Quote(e.Value))
+	}
+	return b.String()
+}
+
+func limitDiff(domain string, before, after []pathLimit) []changeJSON {
+	byPath := func(ls []pathLimit) map[string]pathLimit {
+		m := make(map[string]pathLimit, len(ls))
+		for _, l := range ls {
+			m[pathKey(l.path)] = l
+		}
+		return m
+	}
+	b, a := byPath(before), byPath(after)
+	var out []changeJSON
+	for k, old := range b {
+		if cur, ok := a[k]; !ok {
+			out = append(out, changeJSON{Kind: "limit_removed", Domain: domain, Path: old.path, Name: old.limit.Name,
+				Fields: fieldChanges(limitFields(&old.limit), nil)})
+		} else if fs := fieldChanges(limitFields(&old.limit), limitFields(&cur.limit)); len(fs) > 0 {
+			out = append(out, changeJSON{Kind: "limit_changed", Domain: domain, Path: cur.path, Name: cur.limit.Name, Fields: fs})
+		}
+	}
+	for k, cur := range a {
+		if _, ok := b[k]; !ok {
+			out = append(out, changeJSON{Kind: "limit_added", Domain: domain, Path: cur.path, Name: cur.limit.Name,
+				Fields: fieldChanges(nil, limitFields(&cur.limit))})
+		}
+	}
+	slices.SortFunc(out, func(x, y changeJSON) int { return comparePaths(x.Path, y.Path) })
+	return out
+}
+
+func comparePaths(a, b []entryJSON) int {
+	for i := range min(len(a), len(b)) {
+		if c := cmp.Or(strings.Compare(a[i].Key, b[i].Key), strings.Compare(a[i].Value, b[i].Value)); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// limitFields lists a limit's settings as text, in the format's field
+// order; "" means not set. An unlimited limit has no other settings.
+func limitFields(l *limitJSON) []fieldChangeJSON {
+	flag := func(on bool) string {
+		if on {
+			return "true"
+		}
+		return ""
+	}
+	num := func(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+	f := []fieldChangeJSON{
+		{Field: "rate_limit.unit", After: l.Unit},
+		{Field: "rate_limit.requests_per_unit", After: num(l.RequestsPerUnit)},
+		{Field: "rate_limit.unlimited", After: flag(l.Unlimited)},
+		{Field: "rate_limit.name", After: l.Name},
+		{Field: "rate_limit.replaces", After: strings.Join(l.Replaces, ", ")},
+		{Field: "shadow_mode", After: flag(l.ShadowMode)},
+		{Field: "detailed_metric", After: flag(l.DetailedMetric)},
+	}
+	if l.Unlimited {
+		f[1].After = ""
+		return f
+	}
+	return append(f,
+		fieldChangeJSON{Field: "algorithm", After: l.Algorithm},
+		fieldChangeJSON{Field: "burst", After: num(l.Burst)},
+		fieldChangeJSON{Field: "failure_mode", After: l.FailureMode},
+	)
+}
+
+// fieldChanges pairs two field lists (either may be nil) and keeps the
+// fields whose values differ.
+func fieldChanges(before, after []fieldChangeJSON) []fieldChangeJSON {
+	values := func(fs []fieldChangeJSON) map[string]string {
+		m := make(map[string]string, len(fs))
+		for _, f := range fs {
+			m[f.Field] = f.After
+		}
+		return m
+	}
+	b, a := values(before), values(after)
+	order := after
+	if order == nil || len(before) > len(after) {
+		order = before
+	}
+	var out []fieldChangeJSON
+	for _, f := range order {
+		if b[f.Field] != a[f.Field] {
+			out = append(out, fieldChangeJSON{Field: f.Field, Before: b[f.Field], After: a[f.Field]})
+		}
+	}
 	return out
 }
 
@@ -237,7 +350,14 @@ func unifiedDiff(name, a, b string) string {
 	x, y := splitLines(a), splitLines(b)
 	ops := diffLines(x, y)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "--- a/%s\n+++ b/%s\n", name, name)
+	from, to := "a/"+name, "b/"+name
+	if a == "" {
+		from = "/dev/null" // as diff -u prints an added or removed file
+	}
+	if b == "" {
+		to = "/dev/null"
+	}
+	fmt.Fprintf(&sb, "--- %s\n+++ %s\n", from, to)
 	for start := 0; start < len(ops); {
 		// Find the next change, then extend the hunk while the next change
 		// is close enough for the contexts to touch.

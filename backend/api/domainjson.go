@@ -76,30 +76,23 @@ type limitJSON struct {
 
 // limitsOf lists a domain's limits in tree order.
 func limitsOf(d *rules.Domain) []limitJSON {
-	out := []limitJSON{}
-	var walk func(ds []rules.Descriptor, parent string)
-	walk = func(ds []rules.Descriptor, parent string) {
-		for _, desc := range ds {
-			path := desc.Key
-			if desc.Value != "" {
-				path += "_" + desc.Value
-			}
-			if parent != "" {
-				path = parent + "." + path
-			}
-			if rl := desc.RateLimit; rl != nil {
-				l := limitJSON{Path: path, Name: cmp.Or(rl.Name, path), RequestsPerUnit: rl.RequestsPerUnit,
-					Burst: cmp.Or(desc.Burst, rl.RequestsPerUnit), Algorithm: string(cmp.Or(desc.Algorithm, rules.TokenBucket)),
-					Unlimited: rl.Unlimited, ShadowMode: desc.ShadowMode, DetailedMetric: desc.DetailedMetric,
-					FailureMode: string(cmp.Or(desc.FailureMode, rules.FailOpen)), Replaces: rl.Replaces}
-				if !rl.Unlimited {
-					l.Unit = string(rl.Unit)
-				}
-				out = append(out, l)
-			}
-			walk(desc.Descriptors, path)
-		}
+	ls := pathLimits(d)
+	out := make([]limitJSON, len(ls))
+	for i, l := range ls {
+		out[i] = l.limit
 	}
-	walk(d.Descriptors, "")
 	return out
+}
+
+// limitOf is desc's limit, at path, with the defaults the enforcer applies.
+func limitOf(desc rules.Descriptor, path string) limitJSON {
+	rl := desc.RateLimit
+	l := limitJSON{Path: path, Name: cmp.Or(rl.Name, path), RequestsPerUnit: rl.RequestsPerUnit,
+		Burst: cmp.Or(desc.Burst, rl.RequestsPerUnit), Algorithm: string(cmp.Or(desc.Algorithm, rules.TokenBucket)),
+		Unlimited: rl.Unlimited, ShadowMode: desc.ShadowMode, DetailedMetric: desc.DetailedMetric,
+		FailureMode: string(cmp.Or(desc.FailureMode, rules.FailOpen)), Replaces: rl.Replaces}
+	if !rl.Unlimited {
+		l.Unit = string(rl.Unit)
+	}
+	return l
 }

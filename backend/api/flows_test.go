@@ -118,15 +118,16 @@ func TestPublishFlow(t *testing.T) {
 			Change  string `json:"change"`
 			Unified string `json:"unified"`
 			Changes []struct {
-				Path   string   `json:"path"`
-				Change string   `json:"change"`
-				Fields []string `json:"fields"`
-				Before *struct {
-					RequestsPerUnit int `json:"requests_per_unit"`
-				} `json:"before"`
-				After *struct {
-					RequestsPerUnit int `json:"requests_per_unit"`
-				} `json:"after"`
+				Kind string `json:"kind"`
+				Name string `json:"name"`
+				Path []struct {
+					Key string `json:"key"`
+				} `json:"path"`
+				Fields []struct {
+					Field  string `json:"field"`
+					Before string `json:"before"`
+					After  string `json:"after"`
+				} `json:"fields"`
 			} `json:"changes"`
 		} `json:"domains"`
 	}
@@ -140,12 +141,13 @@ func TestPublishFlow(t *testing.T) {
 	if api.Name != "api" || api.Change != "changed" || api.Unified != wantUnified {
 		t.Errorf("api diff = %+v\nwant unified:\n%s", api, wantUnified)
 	}
-	if len(api.Changes) != 1 || api.Changes[0].Path != "api_key" || api.Changes[0].Change != "changed" ||
-		strings.Join(api.Changes[0].Fields, ",") != "requests_per_unit,burst" ||
-		api.Changes[0].Before.RequestsPerUnit != 100 || api.Changes[0].After.RequestsPerUnit != 200 {
+	if len(api.Changes) != 1 || api.Changes[0].Kind != "limit_changed" || api.Changes[0].Name != "api_key" ||
+		len(api.Changes[0].Path) != 1 || api.Changes[0].Path[0].Key != "api_key" || len(api.Changes[0].Fields) != 2 ||
+		fmt.Sprint(api.Changes[0].Fields[0]) != "{rate_limit.requests_per_unit 100 200}" || api.Changes[0].Fields[1].Field != "burst" {
 		t.Errorf("api structured changes = %+v", api.Changes)
 	}
-	if b.Name != "b" || b.Change != "added" || len(b.Changes) != 1 || b.Changes[0].Change != "added" || !strings.Contains(b.Unified, "+domain: b") {
+	if b.Name != "b" || b.Change != "added" || len(b.Changes) != 2 || b.Changes[0].Kind != "domain_added" ||
+		b.Changes[1].Kind != "limit_added" || !strings.Contains(b.Unified, "--- /dev/null\n+++ b/b.yaml\n") {
 		t.Errorf("b diff = %+v", b)
 	}
 	f.decodeJSON(t, "GET", "/api/v1/versions/3/diff/3", "viewer", "", 200, &diff)
