@@ -494,6 +494,37 @@ func TestAuditListAndExport(t *testing.T) {
 			t.Errorf("audit?%s = %d, want 400", q, status)
 		}
 	}
+
+	// Someone with database access edits a row behind the trigger's back.
+	db, err := sql.Open("pgx", f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"ALTER TABLE audit_events DISABLE TRIGGER audit_events_no_update",
+		fmt.Sprintf("UPDATE audit_events SET actor = 'user:nobody' WHERE id = %d", all.Events[1].ID),
+		"ALTER TABLE audit_events ENABLE TRIGGER audit_events_no_update",
+	} {
+		if _, err := tx.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var ver struct {
+		OK       bool  `json:"ok"`
+		BrokenID int64 `json:"broken_id"`
+	}
+	f.decodeJSON(t, "GET", "/api/v1/audit/verify", "viewer", "", 200, &ver)
+	if ver.OK || ver.BrokenID != all.Events[1].ID {
+		t.Fatalf("verify after tampering with event %d = %+v", all.Events[1].ID, ver)
+	}
 }
 
 // TestConcurrentPublishAPI has 20 publishers on 4 domains through the API,
