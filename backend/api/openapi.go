@@ -1,0 +1,41 @@
+package api
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"gopkg.in/yaml.v3"
+)
+
+// openAPIYAML is the hand-written OpenAPI 3 document of this API. A test
+// fails when a route is missing from it or it lists a route that does not
+// exist.
+//
+//go:embed openapi.yaml
+var openAPIYAML []byte
+
+// openAPIJSON is openAPIYAML as JSON, converted once.
+var openAPIJSON, openAPIErr = toJSON(openAPIYAML)
+
+func toJSON(src []byte) ([]byte, error) {
+	var doc any
+	if err := yaml.Unmarshal(src, &doc); err != nil {
+		return nil, fmt.Errorf("parse openapi.yaml: %w", err)
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("convert openapi.yaml to JSON: %w", err)
+	}
+	return out, nil
+}
+
+func (a *API) getOpenAPI(c *gin.Context) {
+	if openAPIErr != nil {
+		a.fail(c, openAPIErr)
+		return
+	}
+	c.Data(http.StatusOK, "application/json", a.openapi)
+}
