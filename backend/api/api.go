@@ -113,6 +113,7 @@ func New(cfg Config) *API {
 	viewer, editor, admin := a.require(store.RoleViewer), a.require(store.RoleEditor), a.require(store.RoleAdmin)
 	v1 := r.Group("/api/v1", a.authenticate)
 	v1.GET("/openapi.json", a.getOpenAPI)
+	v1.GET("/schema", getSchema)
 	v1.POST("/auth/login", a.login)
 	v1.POST("/auth/logout", viewer, a.logout)
 	v1.GET("/me", viewer, a.me)

@@ -213,6 +213,7 @@ var scenarios = []scenario{
 	{route: "GET /readyz", path: "/readyz", auth: "open", ok: 200},
 	{route: "GET /metrics", path: "/metrics", auth: "open", ok: 200},
 	{route: "GET /api/v1/openapi.json", path: "/api/v1/openapi.json", auth: "public", ok: 200},
+	{route: "GET /api/v1/schema", path: "/api/v1/schema", auth: "public", ok: 200},
 	{route: "POST /api/v1/auth/login", path: "/api/v1/auth/login", body: `{"username":"probe","password":"probe-password"}`, auth: "public", ok: 200},
 	{route: "POST /api/v1/auth/logout", path: "/api/v1/auth/logout", auth: "viewer", ok: 204},
 	{route: "GET /api/v1/me", path: "/api/v1/me", auth: "viewer", ok: 200},

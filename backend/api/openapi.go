@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"github.com/sluicehq/sluice/rules"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -38,4 +39,10 @@ func (a *API) getOpenAPI(c *gin.Context) {
 		return
 	}
 	c.Data(http.StatusOK, "application/json", a.openapi)
+}
+
+// getSchema serves the JSON Schema of the rule format, for editors and the
+// UI's autocompletion. It is generated from the rules package's field table.
+func getSchema(c *gin.Context) {
+	c.Data(http.StatusOK, "application/schema+json", rules.JSONSchema())
 }

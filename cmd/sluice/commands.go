@@ -28,18 +28,25 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	fs.string(&cfg.DatabaseURL, "database-url", "DATABASE_URL", defaultDatabaseURL, "Postgres URL")
 	fs.string(&cfg.AdminPassword, "admin-password", "SLUICE_ADMIN_PASSWORD", "", "password of user admin, created on a first start with no users")
 	fs.bool(&cfg.SecureCookies, "secure-cookies", "SLUICE_SECURE_COOKIES", false, "mark session cookies Secure (serving behind TLS)")
+	var proxies string
+	fs.string(&proxies, "trusted-proxies", "SLUICE_TRUSTED_PROXIES", "", "comma-separated IPs or CIDRs of reverse proxies whose X-Forwarded-For is believed")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
 	if err := fs.parse(args); err != nil {
 		return err
+	}
+	if proxies != "" {
+		for _, p := range strings.Split(proxies, ",") {
+			cfg.TrustedProxies = append(cfg.TrustedProxies, strings.TrimSpace(p))
+		}
 	}
 	if printConfig {
 		pw := ""
 		if cfg.AdminPassword != "" {
 			pw = "xxxxx"
 		}
-		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\nlog_level=%s\n",
-			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, logLevel)
+		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nlog_level=%s\n",
+			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, logLevel)
 		return nil
 	}
 	log, err := newLogger(logLevel, stderr)
