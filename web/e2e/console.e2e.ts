@@ -442,6 +442,9 @@ describe('the console UI', () => {
     const completion = page.locator('.cm-tooltip-autocomplete');
     await completion.waitFor();
     await expect(completion.innerText()).resolves.toContain('algorithm');
+    // The console's own JSON Schema drives completion where it serves one.
+    const schema = await fetch(`${base}/api/v1/schema`, { headers: { Authorization: `Bearer ${adminSecret}` } });
+    if (schema.status === 200) await page.getByText('schema from the console').waitFor();
     await shot('11-editor-errors');
     await page.keyboard.press('Escape');
     await page.getByRole('button', { name: 'Discard changes' }).click();
