@@ -170,7 +170,7 @@ func (a *API) listVersions(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"versions": vs})
+	c.JSON(http.StatusOK, gin.H{"versions": a.withApplied(c, vs...)})
 }
 
 func (a *API) getVersion(c *gin.Context) {
@@ -189,7 +189,7 @@ func (a *API) getVersion(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"version": meta, "domains": snap.Domains})
+	c.JSON(http.StatusOK, gin.H{"version": a.withApplied(c, meta)[0], "domains": snap.Domains})
 }
 
 type rollbackRequest struct {
@@ -219,19 +219,6 @@ func (a *API) rollback(c *gin.Context) {
 	}
 	a.notify(c)
 	c.JSON(http.StatusOK, gin.H{"version": v, "rollback_of": n})
-}
-
-func (a *API) listNodes(c *gin.Context) {
-	nodes, err := a.store.ListNodes(c)
-	if err != nil {
-		a.fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"nodes": nodes})
-}
-
-func (a *API) nodeStream(c *gin.Context) {
-	a.hub.Serve(c.Writer, c.Request)
 }
 
 func (a *API) listAudit(c *gin.Context) {
