@@ -85,12 +85,12 @@ type Hub struct {
 	id    string // this replica, shown as a node's console
 
 	mu      sync.Mutex
-	running bool               // Run was started
-	stopped bool               // Run is shutting down: no new nodes
-	conns   map[string]*conn   // by node id
-	gone    []store.Node       // final rows of closed connections, not yet written
-	wg      sync.WaitGroup     // Serve calls in progress
-	loadMu  sync.Mutex         // one snapshot load and encode at a time
+	running bool             // Run was started
+	stopped bool             // Run is shutting down: no new nodes
+	conns   map[string]*conn // by node id
+	gone    []store.Node     // final rows of closed connections, not yet written
+	wg      sync.WaitGroup   // Serve calls in progress
+	loadMu  sync.Mutex       // one snapshot load and encode at a time
 	cache   atomic.Pointer[encoded]
 	pending atomic.Int64 // registry changes since the last flush
 	kick    chan struct{}
@@ -665,6 +665,9 @@ func (h *Hub) latest(ctx context.Context) (*encoded, error) {
 	}
 	if e := h.cache.Load(); e != nil && e.version >= current {
 		return e, nil
+	}
+	if current == 0 {
+		return &encoded{}, nil // nothing published yet: nothing to send
 	}
 	h.loadMu.Lock()
 	defer h.loadMu.Unlock()
