@@ -596,8 +596,10 @@ func (h *Hub) handle(c *conn, msg any) error {
 		if m.Version <= 0 || m.Version > c.sent.Load() {
 			return closeError{code: websocket.StatusPolicyViolation, reason: fmt.Sprintf("ack for version %d, which was not sent", m.Version)}
 		}
-		if m.Version != c.node.AppliedVersion {
-			h.log.Info("node applied version", "node_id", c.node.ID, "version", m.Version)
+		if m.Version != c.node.AppliedVersion && h.log.Enabled(context.Background(), slog.LevelDebug) {
+			// Debug: a rollout to a thousand nodes is a thousand acks; the
+			// registry and the versions API tell the story.
+			h.log.Debug("node applied version", "node_id", c.node.ID, "version", m.Version)
 		}
 		c.node.AppliedVersion = m.Version
 		if c.node.NackVersion != nil && *c.node.NackVersion <= m.Version {

@@ -4,3 +4,6 @@ import "github.com/sluicehq/sluice/rules/wire"
 
 // Persist exposes persist to the crash test's helper process.
 func (s *Subscriber) Persist(snap *wire.Snapshot) error { return s.persist(snap) }
+
+// EncodeStats exposes encodeStats.
+var EncodeStats = encodeStats

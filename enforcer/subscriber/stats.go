@@ -1,6 +1,9 @@
 package subscriber
 
 import (
+	"cmp"
+	"encoding/json"
+	"slices"
 	"sort"
 	"sync"
 
@@ -84,5 +87,40 @@ func MetricStats(g prometheus.Gatherer, family string) StatsSource {
 			out = out[:wire.MaxStatsRules]
 		}
 		return out
+	}
+}
+
+// encodeStats encodes st within the protocol's limits, which the console
+// enforces by closing the connection: at most wire.MaxStatsRules rules and
+// wire.MaxTopValues top values each, and wire.MaxNodeMessageBytes in all.
+// When the message is too big, top values go first, then the least busy
+// rules.
+func encodeStats(st wire.Stats) ([]byte, error) {
+	rules := slices.Clone(st.Rules)
+	for i := range rules {
+		if len(rules[i].TopLimited) > wire.MaxTopValues {
+			rules[i].TopLimited = rules[i].TopLimited[:wire.MaxTopValues]
+		}
+	}
+	busy := func(r wire.RuleStats) int64 { return r.Allowed + r.Limited + r.ShadowLimited + r.StoreErrors }
+	if len(rules) > wire.MaxStatsRules {
+		slices.SortStableFunc(rules, func(a, b wire.RuleStats) int { return cmp.Compare(busy(b), busy(a)) })
+		rules = rules[:wire.MaxStatsRules]
+	}
+	st.Rules = rules
+	data, err := json.Marshal(st)
+	if err != nil || len(data) <= wire.MaxNodeMessageBytes {
+		return data, err
+	}
+	for i := range st.Rules {
+		st.Rules[i].TopLimited = nil
+	}
+	slices.SortStableFunc(st.Rules, func(a, b wire.RuleStats) int { return cmp.Compare(busy(b), busy(a)) })
+	for {
+		data, err = json.Marshal(st)
+		if err != nil || len(data) <= wire.MaxNodeMessageBytes {
+			return data, err
+		}
+		st.Rules = st.Rules[:len(st.Rules)/2]
 	}
 }

@@ -2,6 +2,8 @@ package subscriber_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,5 +87,64 @@ func TestMetricStats(t *testing.T) {
 	}
 	if got := source(); len(got) != 0 {
 		t.Errorf("third call with no decisions: %+v, want none", got)
+	}
+}
+
+func TestEncodeStatsFitsLimits(t *testing.T) {
+	long := strings.Repeat("v", 300)
+	many := func(n, top int) []wire.RuleStats {
+		rules := make([]wire.RuleStats, n)
+		for i := range rules {
+			rules[i] = wire.RuleStats{Domain: "api", Rule: strings.Repeat("r", 100), Allowed: int64(i)}
+			for range top {
+				rules[i].TopLimited = append(rules[i].TopLimited, wire.ValueCount{Value: long, Count: 1})
+			}
+		}
+		return rules
+	}
+	tests := []struct {
+		name      string
+		rules     []wire.RuleStats
+		wantRules int // -1: fewer than given, busiest kept
+		wantTop   bool
+	}{
+		{"small", many(3, 2), 3, true},
+		{"too many top values", many(1, wire.MaxTopValues+5), 1, true},
+		{"too many rules", many(wire.MaxStatsRules+10, 0), -1, false},
+		{"too many bytes with top values", many(2000, wire.MaxTopValues), 2000, false},
+		{"too many bytes without", func() []wire.RuleStats {
+			r := many(5000, 0)
+			for i := range r {
+				r[i].Rule = long
+			}
+			return r
+		}(), -1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, err := subscriber.EncodeStats(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000, Rules: tt.rules})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(data) > wire.MaxNodeMessageBytes {
+				t.Fatalf("%d bytes, over the %d limit", len(data), wire.MaxNodeMessageBytes)
+			}
+			var got wire.Stats
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatal(err)
+			}
+			if err := got.Validate(); err != nil {
+				t.Fatalf("console would refuse it: %v", err)
+			}
+			switch {
+			case tt.wantRules >= 0 && len(got.Rules) != tt.wantRules:
+				t.Errorf("%d rules, want %d", len(got.Rules), tt.wantRules)
+			case tt.wantRules < 0 && (len(got.Rules) == 0 || len(got.Rules) >= len(tt.rules) || got.Rules[0].Allowed != int64(len(tt.rules)-1)):
+				t.Errorf("%d rules (first allowed %d), want fewer than %d, busiest first", len(got.Rules), got.Rules[0].Allowed, len(tt.rules))
+			}
+			if hasTop := len(got.Rules) > 0 && len(got.Rules[0].TopLimited) > 0; hasTop != tt.wantTop {
+				t.Errorf("top values kept %v, want %v", hasTop, tt.wantTop)
+			}
+		})
 	}
 }

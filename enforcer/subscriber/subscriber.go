@@ -360,7 +360,13 @@ func (s *Subscriber) reportStats(ctx context.Context, conn *websocket.Conn) {
 			return
 		case <-t.C:
 		}
-		if err := s.send(ctx, conn, s.stats()); err != nil {
+		data, err := encodeStats(s.stats())
+		if err == nil {
+			wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+			err = conn.Write(wctx, websocket.MessageText, data)
+			cancel()
+		}
+		if err != nil {
 			if ctx.Err() == nil {
 				conn.Close(websocket.StatusGoingAway, "cannot send stats")
 			}
