@@ -384,6 +384,15 @@ func (h *Hub) run(wctx context.Context, c *conn, addr string) error {
 	c.dirty = true
 	c.sent.Store(hello.AppliedVersion)
 
+	// Register before reading the latest version, so that a version
+	// published meanwhile is offered by Notify if not by us.
+	if !h.register(c) {
+		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
+	}
+	defer h.unregister(c)
+	h.log.Info("node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "address", addr,
+		"build", hello.Build)
+
 	ctx := context.Background() // reads end when the websocket closes
 	snap, err := h.latest(ctx)
 	if err != nil {
@@ -394,14 +403,6 @@ func (h *Hub) run(wctx context.Context, c *conn, addr string) error {
 		h.log.Warn("node runs a version newer than the console's latest", "node_id", hello.NodeID,
 			"applied_version", hello.AppliedVersion, "latest_version", snap.version)
 	}
-
-	if !h.register(c) {
-		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
-	}
-	defer h.unregister(c)
-	h.log.Info("node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "address", addr,
-		"build", hello.Build)
-
 	c.offer(h, snap)
 	werr := make(chan error, 1)
 	go func() { werr <- h.write(wctx, c) }()
@@ -514,6 +515,9 @@ func (h *Hub) write(ctx context.Context, c *conn) error {
 		case <-ctx.Done():
 			return nil
 		case m := <-c.queue:
+			if m.version < c.sent.Load() {
+				continue // a newer version is queued: only the latest matters
+			}
 			wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 			err := c.ws.Write(wctx, websocket.MessageText, m.data)
 			cancel()
@@ -608,6 +612,9 @@ func (h *Hub) handle(c *conn, msg any) error {
 	case *wire.Nack:
 		if m.Version <= 0 || m.Version > c.sent.Load() {
 			return closeError{code: websocket.StatusPolicyViolation, reason: fmt.Sprintf("nack for version %d, which was not sent", m.Version)}
+		}
+		if m.Version <= c.node.AppliedVersion {
+			return nil // it runs something newer already
 		}
 		v := m.Version
 		c.node.NackVersion, c.node.NackError, c.node.NackedAt = &v, truncate(m.Error, maxNackError), &now
