@@ -118,9 +118,6 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 	}
 }
 
-// ID returns this replica's id, as reported in a node's console field.
-func (h *Hub) ID() string { return h.id }
-
 // Run keeps the registry flushed to Postgres and, when databaseURL is not
 // empty, listens for versions published by any replica and pushes them. It
 // returns when ctx ends, after closing every node connection (going away,

@@ -2,9 +2,12 @@ package subscriber_test
 
 import (
 	"testing"
+	"time"
 
 	"nhooyr.io/websocket"
 
+	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/enforcer/subscriber"
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
@@ -58,6 +61,35 @@ func TestNewAcceptsConsoleList(t *testing.T) {
 		_, err := newSubscriber(tt.urls)
 		if (err == nil) != tt.ok {
 			t.Errorf("New(%q) error %v, want ok=%v", tt.urls, err, tt.ok)
+		}
+	}
+}
+
+// TestBackoffFullJitterCapped checks the reconnect delay: uniform in
+// [0, min(max, min·2^attempt)], so it grows per attempt, never exceeds the
+// cap, and spreads nodes out.
+func TestBackoffFullJitterCapped(t *testing.T) {
+	const lo, hi = 100 * time.Millisecond, 10 * time.Second
+	sub, err := subscriber.New(subscriber.Config{ConsoleURL: "http://c", MinBackoff: lo, MaxBackoff: hi}, engine.New(nil, ""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, attempt := range []int{0, 1, 3, 6, 7, 20, 64, 1000} {
+		ceiling := hi
+		if attempt < 30 && lo<<attempt < hi {
+			ceiling = lo << attempt
+		}
+		var smallest, largest time.Duration = ceiling, 0
+		for range 2000 {
+			d := sub.Backoff(attempt)
+			if d < 0 || d > ceiling {
+				t.Fatalf("attempt %d: delay %v outside [0, %v]", attempt, d, ceiling)
+			}
+			smallest, largest = min(smallest, d), max(largest, d)
+		}
+		// 2000 uniform draws cover most of the range.
+		if smallest > ceiling/10 || largest < ceiling*9/10 {
+			t.Errorf("attempt %d: delays in [%v, %v], want spread over [0, %v]", attempt, smallest, largest, ceiling)
 		}
 	}
 }
