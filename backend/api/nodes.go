@@ -20,12 +20,15 @@ func (a *API) listNodes(c *gin.Context) {
 		a.fail(c, httpError(http.StatusBadRequest, "bad_request", "status must be connected or disconnected"))
 		return
 	}
-	nodes, err := a.hub.Nodes(c)
+	// The request's context, not gin's: a pooled gin.Context must not
+	// outlive the handler inside database/sql.
+	ctx := c.Request.Context()
+	nodes, err := a.hub.Nodes(ctx)
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
-	current, err := a.store.CurrentVersion(c)
+	current, err := a.store.CurrentVersion(ctx)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -58,7 +61,7 @@ type versionView struct {
 // without them and the error is logged.
 func (a *API) withApplied(c *gin.Context, vs ...store.Version) []versionView {
 	out := make([]versionView, len(vs))
-	counts, err := a.store.AppliedCounts(c, time.Now().Add(-hub.StaleAfter))
+	counts, err := a.store.AppliedCounts(c.Request.Context(), time.Now().Add(-hub.StaleAfter))
 	if err != nil {
 		a.log.WarnContext(c, "count nodes by version", "error", err)
 	}
