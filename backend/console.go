@@ -26,6 +26,10 @@ type Config struct {
 	DatabaseURL   string
 	AdminPassword string // creates user admin on a first start with no users
 	SecureCookies bool
+	// TrustedProxies lists the reverse proxies (IPs or CIDRs) whose
+	// X-Forwarded-For names the client, for audit IPs and sign-in
+	// throttling. Empty trusts none.
+	TrustedProxies []string
 }
 
 // Run migrates the database, bootstraps the admin user if there are no
@@ -33,6 +37,9 @@ type Config struct {
 // address once the server accepts connections. Messages meant for the
 // operator (a generated admin password) go to out.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready func(net.Addr)) error {
+	if err := api.CheckProxies(cfg.TrustedProxies); err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -54,7 +61,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 			log.Warn("node hub", "error", err)
 		}
 	}()
-	handler := api.New(api.Config{Store: st, Hub: h, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies})
+	handler := api.New(api.Config{Store: st, Hub: h, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies,
+		TrustedProxies: cfg.TrustedProxies})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

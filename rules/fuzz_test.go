@@ -1,13 +1,37 @@
 package rules
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
+
+// watchdog crashes the fuzzing worker when one input takes longer than
+// fuzzTimeout, so the fuzzer records it: every input must take bounded time.
+// It is off outside fuzzing, where a loaded machine could trip it.
+func watchdog(input any) (stop func()) {
+	if f := flag.Lookup("test.fuzz"); f == nil || f.Value.String() == "" {
+		return func() {}
+	}
+	start := time.Now()
+	timer := time.AfterFunc(fuzzTimeout, func() {
+		panic(fmt.Sprintf("input took more than %s (started %s): %q", fuzzTimeout, start.Format(time.TimeOnly), input))
+	})
+	return func() { timer.Stop() }
+}
+
+const fuzzTimeout = 10 * time.Second
 
 // addFixtures seeds a fuzz corpus with every YAML fixture.
 func addFixtures(f *testing.F, add func(src []byte)) {
@@ -36,6 +60,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("{{{{{{{{{{{{{{{{{{{{"))
 	f.Add([]byte("domain: a\n---\n---\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
+		defer watchdog(src)()
 		d, err := Parse("fuzz.yaml", src)
 		if err != nil {
 			var ve *ValidationError
@@ -81,6 +106,7 @@ func FuzzMatch(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, src []byte, query string) {
+		defer watchdog(src)()
 		d, err := Parse("fuzz.yaml", src)
 		if err != nil {
 			d = fallback
@@ -154,4 +180,54 @@ func matchSlow(d *Domain, entries []Entry) (slowMatch, bool) {
 		level = next.Descriptors
 	}
 	return slowMatch{}, false
+}
+
+// FuzzFormat checks the formatter on whatever Parse accepts: Format's output
+// parses back to the same domain and is its own canonical form, and
+// FormatSource keeps the domain and every comment, and is idempotent.
+func FuzzFormat(f *testing.F) {
+	addFixtures(f, func(src []byte) { f.Add(src) })
+	f.Add([]byte("domain: a # c\ndescriptors: [{key: k, value: '*', rate_limit: {unit: SECOND, requests_per_unit: 0}}] # d\n"))
+	f.Add([]byte("# a\n---\ndomain: a\n...\n# b\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		defer watchdog(src)()
+		d, err := Parse("fuzz.yaml", src)
+		if err != nil {
+			return
+		}
+		out := Format(d)
+		back, err := Parse("fuzz.yaml", out)
+		if err != nil {
+			t.Fatalf("Parse(Format(d)): %v\n%s", err, out)
+		}
+		if diff := gocmp.Diff(d, back, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("Parse(Format(d)) differs (-d +back):\n%s\n%s", diff, out)
+		}
+		if again := Format(back); !bytes.Equal(again, out) {
+			t.Fatalf("Format is not idempotent:\n%s\n---\n%s", out, again)
+		}
+
+		kept, err := FormatSource("fuzz.yaml", src)
+		if err != nil {
+			t.Fatalf("FormatSource: %v\n%q", err, src)
+		}
+		if again, err := FormatSource("fuzz.yaml", kept); err != nil || !bytes.Equal(again, kept) {
+			t.Fatalf("FormatSource is not idempotent (%v):\n%q\n---\n%q", err, kept, again)
+		}
+		if got, want := commentsOf(t, kept), commentsOf(t, src); !slices.Equal(got, want) {
+			t.Fatalf("comments changed:\n got %q\nwant %q", got, want)
+		}
+	})
+}
+
+// FuzzUnifiedDiff checks that a diff between any two texts applies, turning
+// the first into the second, and is minimal for small inputs.
+func FuzzUnifiedDiff(f *testing.F) {
+	f.Add("a\nb\nc\n", "a\nc\nd")
+	f.Add("", "x\n")
+	f.Add("1\n2\n3\n4\n5\n6\n7\n8\n9\n", "1\n2\n3\n4\n5\n6\n7\n8\n9")
+	f.Fuzz(func(t *testing.T, old, new string) {
+		defer watchdog(old + "\x00" + new)()
+		checkPatch(t, old, new, UnifiedDiff("f.yaml", old, new))
+	})
 }

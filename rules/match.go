@@ -14,8 +14,13 @@ type Limit struct {
 	Domain string
 	// Name is rate_limit.name when set, else the descriptor path in Lyft's
 	// style: key or key_value per level, joined by "." (api_key.route_/search).
-	Name            string
-	Unit            Unit // "" when Unlimited
+	Name string
+	// Path is the descriptor path leading to this limit, one Level per
+	// entry of the request descriptors it matches.
+	Path []Level
+
+	Unit Unit // "" when Unlimited
+	// RequestsPerUnit 0 rejects every request: see BlocksAll.
 	RequestsPerUnit uint32
 	Burst           uint32 // bucket capacity; RequestsPerUnit unless set
 	Algorithm       Algorithm
@@ -24,17 +29,91 @@ type Limit struct {
 	DetailedMetric  bool
 	FailureMode     FailureMode
 	Period          time.Duration // Unit.Period(); 0 when Unlimited
+	// Calendar makes fixed_window count in UTC calendar windows (a day from
+	// 00:00 UTC, a week from Monday, a month from the 1st, a year from
+	// 1 January) rather than in Period-long windows; see Unit.
+	Calendar bool
+	// Shards is how many store keys the limit's counters are spread over,
+	// at least 1; the enforcer splits the limit between them.
+	Shards  uint32
+	OnLimit OnLimit // Action and Status resolved (Reject, DefaultStatus)
 	// Replaces names the limits this one replaces when both apply to one
 	// request; the engine drops those.
 	Replaces []string
 }
 
+// Level is one descriptor on the path to a limit: its key, its value as
+// configured ("" for any value, "p*" for a wildcard) and the options that
+// change how that level is counted and reported.
+type Level struct {
+	Key            string
+	Value          string
+	ValueToMetric  bool
+	ShareThreshold bool
+}
+
+// BlocksAll reports whether l rejects every request: a limit of 0
+// requests_per_unit, as Lyft configs write block list entries. Such a limit
+// is answered without a counter store.
+func (l *Limit) BlocksAll() bool {
+	return !l.Unlimited && l.RequestsPerUnit == 0
+}
+
+// CounterEntries returns the entries the counter key of l should be built
+// from, for a request descriptor that matched l: entries itself, except
+// that the value of an entry that matched a wildcard with share_threshold
+// is replaced by the wildcard ("files/*"), so every value it matches counts
+// against one shared counter. When it must change an entry it appends to
+// dst[:0], so a caller that passes a buffer does not allocate.
+func (l *Limit) CounterEntries(entries, dst []Entry) []Entry {
+	shared := false
+	for _, lv := range l.Path {
+		shared = shared || lv.ShareThreshold
+	}
+	if !shared || len(entries) != len(l.Path) {
+		return entries
+	}
+	dst = append(dst[:0], entries...)
+	for i, lv := range l.Path {
+		if lv.ShareThreshold {
+			dst[i].Value = lv.Value
+		}
+	}
+	return dst
+}
+
+// MetricName returns the name a request descriptor that matched l is
+// reported under, in Lyft's style: key or key_value per level, joined by
+// ".". A level shows its configured value (the wildcard for a wildcard, none
+// for a descriptor without a value), or the request's value when it has
+// value_to_metric or is the last level of a detailed_metric limit. Without
+// those options it is the path name (which Name defaults to).
+func (l *Limit) MetricName(entries []Entry) string {
+	var b strings.Builder
+	for i, p := range l.Path {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(p.Key)
+		v := p.Value
+		if i < len(entries) && (p.ValueToMetric || l.DetailedMetric && i == len(l.Path)-1) {
+			v = entries[i].Value
+		}
+		if v != "" {
+			b.WriteByte('_')
+			b.WriteString(v)
+		}
+	}
+	return b.String()
+}
+
 // Set is a compiled, immutable ruleset: every domain's descriptor tree, ready
 // for matching. It is safe for concurrent use without locks.
 type Set struct {
-	domains map[string]*node // root of each domain's tree
-	names   []string         // sorted domain names
-	limits  int
+	domains  map[string]*node               // root of each domain's tree
+	requests map[string][]RequestDescriptor // each domain's request_descriptors
+	names    []string                       // sorted domain names
+	limits   int
 }
 
 // node is a descriptor in the compiled tree.
@@ -80,18 +159,26 @@ func Compile(domains []*Domain) (*Set, error) {
 		return nil, &ValidationError{Problems: problems}
 	}
 
-	s := &Set{domains: make(map[string]*node, len(domains))}
+	s := &Set{domains: make(map[string]*node, len(domains)), requests: make(map[string][]RequestDescriptor)}
 	for _, d := range domains {
-		s.domains[d.Name] = &node{children: s.level(d.Name, d.Descriptors, "")}
+		s.domains[d.Name] = &node{children: s.level(d.Name, d.Descriptors, "", nil)}
+		if len(d.RequestDescriptors) > 0 {
+			rds := make([]RequestDescriptor, len(d.RequestDescriptors))
+			for i, rd := range d.RequestDescriptors {
+				rds[i].Entries = slices.Clone(rd.Entries)
+			}
+			s.requests[d.Name] = rds
+		}
 		s.names = append(s.names, d.Name)
 	}
 	slices.Sort(s.names)
 	return s, nil
 }
 
-// level compiles one level of descriptors; parentName is the Lyft-style name
-// of the descriptor holding them ("" at the top).
-func (s *Set) level(domain string, ds []Descriptor, parentName string) map[string]*keyNode {
+// level compiles one level of descriptors. parentName is the Lyft-style name
+// of the descriptor holding them ("" at the top); path is the way from the
+// root to them.
+func (s *Set) level(domain string, ds []Descriptor, parentName string, path []Level) map[string]*keyNode {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -104,9 +191,11 @@ func (s *Set) level(domain string, ds []Descriptor, parentName string) map[strin
 			keys[d.Key] = k
 		}
 		name := pathName(parentName, d)
-		n := &node{children: s.level(domain, d.Descriptors, name)}
+		// Clip so that siblings never share the backing arrays.
+		p := append(path[:len(path):len(path)], Level{Key: d.Key, Value: d.Value, ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold})
+		n := &node{children: s.level(domain, d.Descriptors, name, p)}
 		if d.RateLimit != nil {
-			n.limit = newLimit(domain, name, d)
+			n.limit = newLimit(domain, name, d, p)
 			s.limits++
 		}
 		if d.Value == "" {
@@ -127,11 +216,12 @@ func (s *Set) level(domain string, ds []Descriptor, parentName string) map[strin
 	return keys
 }
 
-func newLimit(domain, name string, d *Descriptor) *Limit {
+func newLimit(domain, name string, d *Descriptor, path []Level) *Limit {
 	rl := d.RateLimit
 	l := &Limit{
 		Domain:          domain,
 		Name:            cmp.Or(rl.Name, name),
+		Path:            slices.Clone(path),
 		RequestsPerUnit: rl.RequestsPerUnit,
 		Burst:           cmp.Or(d.Burst, rl.RequestsPerUnit),
 		Algorithm:       cmp.Or(d.Algorithm, TokenBucket),
@@ -139,11 +229,17 @@ func newLimit(domain, name string, d *Descriptor) *Limit {
 		ShadowMode:      d.ShadowMode,
 		DetailedMetric:  d.DetailedMetric,
 		FailureMode:     cmp.Or(d.FailureMode, FailOpen),
+		Calendar:        d.Calendar,
+		Shards:          max(d.Shards, 1),
+		OnLimit:         OnLimit{Action: Reject, Status: DefaultStatus},
 		Replaces:        slices.Clone(rl.Replaces),
 	}
 	if !rl.Unlimited {
 		l.Unit = rl.Unit
 		l.Period = rl.Unit.Period()
+	}
+	if ol := d.OnLimit; ol != nil {
+		l.OnLimit = OnLimit{Action: cmp.Or(ol.Action, Reject), MaxDelay: ol.MaxDelay, Status: cmp.Or(ol.Status, DefaultStatus)}
 	}
 	return l
 }
@@ -192,6 +288,16 @@ func (k *keyNode) lookup(value string) *node {
 		}
 	}
 	return k.any
+}
+
+// RequestDescriptors returns domain's request_descriptors, which tell
+// gateway mode how to build a request's descriptors; nil for an unknown
+// domain or one without them. The slice belongs to the set: do not modify it.
+func (s *Set) RequestDescriptors(domain string) []RequestDescriptor {
+	if s == nil {
+		return nil
+	}
+	return s.requests[domain]
 }
 
 // Domains returns the names of the set's domains, sorted.

@@ -9,35 +9,31 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
 
-// The fields each level of a domain file accepts.
+// The fields each level of a domain file accepts (see schema.go).
 var (
-	topFields        = []string{"domain", "descriptors"}
-	descriptorFields = []string{
-		"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
-		"value_to_metric", // Lyft: only changes its metric names, so Sluice accepts and ignores it
-		"algorithm", "burst", "failure_mode",
-	}
-	rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
-	replacesFields  = []string{"name"}
+	topFields               = fieldNames("domain")
+	descriptorFields        = fieldNames("descriptor")
+	rateLimitFields         = fieldNames("rate_limit")
+	replacesFields          = fieldNames("replaces")
+	onLimitFields           = fieldNames("on_limit")
+	requestDescriptorFields = fieldNames("request_descriptor")
+	requestEntryFields      = fieldNames("request_entry")
 )
-
-// notYet are fields Sluice means to accept later. Naming them gives a better
-// message than "unknown field", and they must not be ignored silently:
-// share_threshold changes what is counted, on_limit how a limit answers.
-var notYet = []string{"on_limit", "share_threshold"}
 
 // maxProblems bounds the problems one Parse reports, so a huge broken file
 // cannot produce a huge error.
 const maxProblems = 1000
 
 // Parse parses and validates one domain's YAML: envoyproxy/ratelimit's format
-// plus Sluice's algorithm, burst and failure_mode. file names the source in
-// problems. Units are case-insensitive, as in Lyft; everything else is exact.
-// Lyft's value_to_metric, which only renames metrics, is accepted and ignored.
+// plus Sluice's extensions (see JSONSchema for every field). file names the
+// source in problems. Units are case-insensitive, as in Lyft; everything else
+// is exact.
 //
 // An invalid document yields a *ValidationError listing every problem found,
 // each with its line, column and path. YAML anchors and aliases are refused.
@@ -164,6 +160,9 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	} else {
 		d.Name = p.text(v, "domain", "domain")
 	}
+	if v := f["request_descriptors"]; !isNull(v) {
+		d.RequestDescriptors = p.requestDescriptors(v, "request_descriptors")
+	}
 	if v := f["descriptors"]; !isNull(v) {
 		d.Descriptors = p.descriptors(v, "descriptors", 1)
 	}
@@ -214,6 +213,12 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 	}
 	if v := f["rate_limit"]; !isNull(v) {
 		d.RateLimit = p.rateLimit(v, join(path, "rate_limit"))
+		if d.RateLimit == nil {
+			// Unreadable, and reported. Stand in a plain limit so that the
+			// checker does not also call the descriptor's other fields
+			// pointless without one.
+			d.RateLimit = &RateLimit{Unit: Second, RequestsPerUnit: MaxRequestsPerUnit}
+		}
 	}
 	if v := f["shadow_mode"]; !isNull(v) {
 		d.ShadowMode, _ = p.boolean(v, join(path, "shadow_mode"), "shadow_mode")
@@ -222,16 +227,28 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 		d.DetailedMetric, _ = p.boolean(v, join(path, "detailed_metric"), "detailed_metric")
 	}
 	if v := f["value_to_metric"]; !isNull(v) {
-		p.boolean(v, join(path, "value_to_metric"), "value_to_metric")
+		d.ValueToMetric, _ = p.boolean(v, join(path, "value_to_metric"), "value_to_metric")
+	}
+	if v := f["share_threshold"]; !isNull(v) {
+		d.ShareThreshold, _ = p.boolean(v, join(path, "share_threshold"), "share_threshold")
 	}
 	if v := f["algorithm"]; !isNull(v) {
 		d.Algorithm = Algorithm(p.text(v, join(path, "algorithm"), "algorithm"))
 	}
 	if v := f["burst"]; !isNull(v) {
-		d.Burst = p.count32(v, join(path, "burst"), "burst")
+		d.Burst = uint32(p.whole(v, join(path, "burst"), "burst", 1, MaxRequestsPerUnit))
+	}
+	if v := f["calendar"]; !isNull(v) {
+		d.Calendar, _ = p.boolean(v, join(path, "calendar"), "calendar")
+	}
+	if v := f["shards"]; !isNull(v) {
+		d.Shards = uint32(p.whole(v, join(path, "shards"), "shards", 1, MaxShards))
 	}
 	if v := f["failure_mode"]; !isNull(v) {
 		d.FailureMode = FailureMode(p.text(v, join(path, "failure_mode"), "failure_mode"))
+	}
+	if v := f["on_limit"]; !isNull(v) {
+		d.OnLimit = p.onLimit(v, join(path, "on_limit"))
 	}
 	if v := f["descriptors"]; !isNull(v) {
 		d.Descriptors = p.descriptors(v, join(path, "descriptors"), depth+1)
@@ -264,9 +281,18 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *RateLimit {
 	case !isNull(v) && rl.Unlimited:
 		p.fail(v, join(path, "requests_per_unit"), "an unlimited rate limit takes no requests_per_unit")
 	case !isNull(v):
-		rl.RequestsPerUnit = p.count32(v, join(path, "requests_per_unit"), "requests_per_unit")
+		before := len(p.problems)
+		rl.RequestsPerUnit = uint32(p.whole(v, join(path, "requests_per_unit"), "requests_per_unit", 0, MaxRequestsPerUnit))
+		if len(p.problems) > before {
+			// Reported; and 0, which blocks, would make the checker find
+			// fault with burst, shards or on_limit as well.
+			rl.RequestsPerUnit = MaxRequestsPerUnit
+		}
 	case known && !rl.Unlimited:
 		p.require(cmp.Or(v, n), join(path, "requests_per_unit"), "requests_per_unit is required")
+		rl.RequestsPerUnit = MaxRequestsPerUnit // as above
+	case !known:
+		rl.RequestsPerUnit = MaxRequestsPerUnit // as above
 	}
 	if !known {
 		// The checker would otherwise ask for what the user may not need.
@@ -304,6 +330,87 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 		}
 	}
 	return names
+}
+
+func (p *parser) onLimit(n *yaml.Node, path string) *OnLimit {
+	f := p.mapping(n, path, "on_limit", onLimitFields)
+	if f == nil {
+		return nil
+	}
+	ol := &OnLimit{}
+	if v := f["action"]; !isNull(v) {
+		ol.Action = Action(p.text(v, join(path, "action"), "action"))
+	}
+	if v := f["max_delay"]; !isNull(v) {
+		ol.MaxDelay = p.duration(v, join(path, "max_delay"), "max_delay")
+	}
+	if v := f["status"]; !isNull(v) {
+		ol.Status = int(p.whole(v, join(path, "status"), "status", 400, 599))
+	}
+	return ol
+}
+
+func (p *parser) requestDescriptors(n *yaml.Node, path string) []RequestDescriptor {
+	if !p.plain(n, path) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.fail(n, path, "request_descriptors must be a list like [{entries: [{key: api_key, from: header, name: X-API-Key}]}], not "+describe(n))
+		return nil
+	}
+	rds := make([]RequestDescriptor, len(n.Content))
+	for i, item := range n.Content {
+		ip := index(path, i)
+		f := p.mapping(item, ip, "a request descriptor (like {entries: [...]})", requestDescriptorFields)
+		if f == nil {
+			continue
+		}
+		v := f["entries"]
+		if isNull(v) {
+			p.require(cmp.Or(v, item), join(ip, "entries"), "entries is required")
+			continue
+		}
+		ep := join(ip, "entries")
+		if !p.plain(v, ep) {
+			continue
+		}
+		if v.Kind != yaml.SequenceNode {
+			p.fail(v, ep, "entries must be a list like [{key: api_key, from: header, name: X-API-Key}], not "+describe(v))
+			continue
+		}
+		entries := make([]RequestEntry, len(v.Content))
+		for j, en := range v.Content {
+			entries[j] = p.requestEntry(en, index(ep, j))
+		}
+		rds[i].Entries = entries
+	}
+	return rds
+}
+
+func (p *parser) requestEntry(n *yaml.Node, path string) RequestEntry {
+	var e RequestEntry
+	f := p.mapping(n, path, "a request descriptor entry (like {key: api_key, from: header, name: X-API-Key})", requestEntryFields)
+	if f == nil {
+		return e
+	}
+	if v := f["key"]; isNull(v) {
+		p.require(cmp.Or(v, n), join(path, "key"), "key is required")
+	} else {
+		e.Key = p.text(v, join(path, "key"), "key")
+	}
+	if v := f["from"]; !isNull(v) {
+		e.From = Source(p.text(v, join(path, "from"), "from"))
+	}
+	if v := f["name"]; !isNull(v) {
+		e.Name = p.text(v, join(path, "name"), "name")
+	}
+	if v := f["value"]; !isNull(v) {
+		e.Value = p.text(v, join(path, "value"), "value")
+	}
+	if p.covered[join(path, "from")] {
+		p.bad[join(path, "from")] = true // a misplaced source already said it
+	}
+	return e
 }
 
 // mapping checks that n is a mapping and returns its values by field name.
@@ -364,8 +471,16 @@ func (p *parser) text(n *yaml.Node, path, field string) string {
 	if !p.plain(n, path) {
 		return ""
 	}
-	if n.Kind != yaml.ScalarNode {
+	switch {
+	case n.Kind != yaml.ScalarNode:
 		p.fail(n, path, field+" must be text, not "+describe(n))
+		return ""
+	case n.ShortTag() == "!!binary":
+		p.fail(n, path, field+" must be text, not binary data")
+		return ""
+	case !utf8.ValidString(n.Value):
+		// Possible with escapes such as "\xff" in a double-quoted string.
+		p.fail(n, path, field+" must be valid UTF-8 text")
 		return ""
 	}
 	// Like Lyft, take a number or a boolean as the text it is written as.
@@ -385,8 +500,8 @@ func (p *parser) boolean(n *yaml.Node, path, field string) (b, ok bool) {
 	return b, true
 }
 
-// count32 decodes a requests_per_unit or burst.
-func (p *parser) count32(n *yaml.Node, path, field string) uint32 {
+// whole decodes a whole number from lo to hi.
+func (p *parser) whole(n *yaml.Node, path, field string, lo, hi int64) int64 {
 	if !p.plain(n, path) {
 		return 0
 	}
@@ -398,16 +513,30 @@ func (p *parser) count32(n *yaml.Node, path, field string) uint32 {
 	var v int64
 	if tag != "!!int" || n.Decode(&v) != nil {
 		// Digits beyond int64 (YAML calls them a float): say which side.
-		v = MaxRequestsPerUnit + 1
+		v = hi + 1
 		if strings.HasPrefix(n.Value, "-") {
-			v = -1
+			v = lo - 1
 		}
 	}
-	if msg := countProblem(field, v); msg != "" {
+	if msg := rangeProblem(field, v, lo, hi); msg != "" {
 		p.fail(n, path, msg)
 		return 0
 	}
-	return uint32(v)
+	return v
+}
+
+// duration decodes a Go duration such as 2s.
+func (p *parser) duration(n *yaml.Node, path, field string) time.Duration {
+	if !p.plain(n, path) {
+		return 0
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		if d, err := time.ParseDuration(n.Value); err == nil {
+			return d
+		}
+	}
+	p.fail(n, path, field+" must be a duration like 500ms or 2s, not "+describe(n))
+	return 0
 }
 
 // integral reports whether s is written as an integer: a sign and digits.
@@ -445,17 +574,20 @@ func describe(n *yaml.Node) string {
 // to the mapping, of the field it probably stands for.
 func unknownField(name string, known []string) (msg, meant string) {
 	msg = "unknown field " + quote(name)
+	at := func(fields []string) bool { return slices.Equal(known, fields) }
 	switch {
-	case slices.Contains(notYet, name):
-		return name + " is not supported yet", ""
-	case slices.Contains(rateLimitFields, name) && !slices.Contains(known, "unit"):
+	case at(descriptorFields) && slices.Contains(rateLimitFields, name):
 		return msg + "; it belongs in rate_limit", "rate_limit." + name
-	case slices.Contains(descriptorFields, name) && slices.Contains(known, "unit"):
+	case at(descriptorFields) && slices.Contains(onLimitFields, name):
+		return msg + "; it belongs in on_limit", ""
+	case at(requestEntryFields) && slices.Contains(sources, Source(name)):
+		return msg + "; the source goes in from (from: " + name + ")", "from"
+	case at(rateLimitFields) && slices.Contains(descriptorFields, name):
 		return msg + "; it belongs on the descriptor, beside rate_limit", ""
-	case slices.Contains(descriptorFields, name) && slices.Contains(known, "domain"):
+	case at(topFields) && slices.Contains(descriptorFields, name):
 		return msg + "; it belongs in an item of descriptors", ""
-	case name == "domain":
-		return msg + "; domain belongs at the top of the file", ""
+	case !at(topFields) && slices.Contains(topFields, name):
+		return msg + "; " + name + " belongs at the top of the file", ""
 	}
 	if s := suggest(name, known); s != "" {
 		return msg + " (did you mean " + quote(s) + "?)", s
@@ -524,7 +656,7 @@ func nodeAt(root *yaml.Node, path string) *yaml.Node {
 			name = seg[:i]
 			idx, _ = strconv.Atoi(seg[i+1 : len(seg)-1])
 		}
-		next := field(n, name)
+		next := fieldValue(n, name)
 		if next == nil {
 			return n
 		}
@@ -539,9 +671,9 @@ func nodeAt(root *yaml.Node, path string) *yaml.Node {
 	return n
 }
 
-// field returns the value of a mapping's field; for a field written with no
+// fieldValue returns the value of a mapping's field; for a field written with no
 // value, its key, which is where the reader looks.
-func field(n *yaml.Node, name string) *yaml.Node {
+func fieldValue(n *yaml.Node, name string) *yaml.Node {
 	if n.Kind != yaml.MappingNode {
 		return nil
 	}
@@ -570,4 +702,44 @@ func position(n *yaml.Node) (line, col int) {
 		return 1, 1
 	}
 	return n.Line, n.Column
+}
+
+// File is one domain's YAML and the name problems give for it.
+type File struct {
+	Name string
+	YAML []byte
+}
+
+// ParseAll parses several domain files as Parse does, then checks them
+// together as one ruleset: a domain defined in two files is a problem at the
+// second. The error is a *ValidationError listing every problem of every
+// file, file by file; the domains are returned only when there is none.
+func ParseAll(files []File) ([]*Domain, error) {
+	var problems []Problem
+	domains := make([]*Domain, 0, len(files))
+	first := map[string]string{} // domain name → file that defines it
+	for _, f := range files {
+		d, err := Parse(f.Name, f.YAML)
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				return nil, err
+			}
+			problems = append(problems, ve.Problems...)
+			continue
+		}
+		if other, dup := first[d.Name]; dup {
+			root, _, _ := parseYAML(f.YAML)
+			line, col := position(nodeAt(root, "domain"))
+			problems = append(problems, Problem{File: f.Name, Line: line, Column: col, Path: "domain",
+				Message: fmt.Sprintf("domain %s is already defined in %s", quote(d.Name), other)})
+			continue
+		}
+		first[d.Name] = f.Name
+		domains = append(domains, d)
+	}
+	if len(problems) > 0 {
+		return nil, &ValidationError{Problems: problems}
+	}
+	return domains, nil
 }

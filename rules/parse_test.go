@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 )
@@ -100,12 +101,13 @@ func TestParseInvalid(t *testing.T) {
 	}
 }
 
+// TestParseValid checks that every fixture in testdata/valid parses, and that
+// Compile accepts what Parse accepts.
 func TestParseValid(t *testing.T) {
 	files, err := filepath.Glob("testdata/valid/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixtures: %v", err)
 	}
-	var domains []*Domain
 	for _, file := range files {
 		src, err := os.ReadFile(file)
 		if err != nil {
@@ -116,10 +118,9 @@ func TestParseValid(t *testing.T) {
 			t.Errorf("Parse(%s): %v", file, err)
 			continue
 		}
-		domains = append(domains, d)
-	}
-	if _, err := Compile(domains); err != nil {
-		t.Errorf("Compile: %v", err)
+		if _, err := Compile([]*Domain{d}); err != nil {
+			t.Errorf("Compile(%s): %v", file, err)
+		}
 	}
 }
 
@@ -145,7 +146,8 @@ func TestParseResult(t *testing.T) {
 				},
 			},
 			{Key: "plan", Value: "free", RateLimit: &RateLimit{Unit: Day, RequestsPerUnit: 10000}, ShadowMode: true},
-			{Key: "remote_address", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 10}, FailureMode: FailLocal},
+			{Key: "remote_address", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 10}, FailureMode: FailLocal,
+				OnLimit: &OnLimit{Action: Delay, MaxDelay: 2 * time.Second}},
 		},
 	}
 	if diff := gocmp.Diff(want, got); diff != "" {
@@ -352,5 +354,27 @@ func TestParseDocuments(t *testing.T) {
 		if got != tt.problem {
 			t.Errorf("Parse(%q) = %q, want %q", tt.src, got, tt.problem)
 		}
+	}
+}
+
+func TestParseAll(t *testing.T) {
+	a := File{Name: "a.yaml", YAML: []byte("domain: api\n")}
+	b := File{Name: "b.yaml", YAML: []byte("# the same domain again\ndomain:   api\n")}
+	bad := File{Name: "bad.yaml", YAML: []byte("domain: web\ndescriptors: 3\n")}
+	ok := File{Name: "ok.yaml", YAML: []byte("domain: web\n")}
+
+	ds, err := ParseAll([]File{a, ok})
+	if err != nil || len(ds) != 2 || ds[0].Name != "api" || ds[1].Name != "web" {
+		t.Fatalf("ParseAll = %v, %v", ds, err)
+	}
+	_, err = ParseAll([]File{a, bad, b})
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("ParseAll = %v; want a *ValidationError", err)
+	}
+	want := "bad.yaml:2:14: descriptors: descriptors must be a list, not 3\n" +
+		`b.yaml:2:11: domain: domain "api" is already defined in a.yaml`
+	if got := err.Error(); got != want {
+		t.Errorf("ParseAll error:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -13,6 +13,12 @@ import (
 func badText(src []byte) (line, col int, msg string) {
 	line, col = 1, 1
 	for i := 0; i < len(src); {
+		if b := src[i]; 0x20 <= b && b <= 0x7E || b == '\t' {
+			// Printable ASCII, most of any file: skip the slow checks.
+			col++
+			i++
+			continue
+		}
 		if n := lineBreak(src, i); n > 0 {
 			line, col = line+1, 1
 			i += n

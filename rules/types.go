@@ -1,12 +1,20 @@
 // Package rules is Sluice's rule language: the types of a domain's
 // configuration, its YAML parser (a superset of envoyproxy/ratelimit's
-// format), validation with file:line:column positions, and the compiled
-// matcher that maps request descriptors to limits. It does no I/O.
+// format), validation with file:line:column positions, the compiled matcher
+// that maps request descriptors to limits, the canonical formatter, the JSON
+// Schema of the format and ruleset diffs. It does no I/O.
 package rules
 
 import "time"
 
 // Unit is the period a rate limit's requests_per_unit is counted over.
+//
+// Every algorithm counts a unit as its nominal length (Period): a rolling
+// window or a refill rate. With Descriptor.Calendar, fixed_window instead
+// counts day, week, month and year in UTC calendar windows: a day starts at
+// 00:00 UTC, a week on Monday 00:00 UTC, a month on its 1st and a year on
+// 1 January, so a monthly quota resets when the month does, whatever its
+// length.
 type Unit string
 
 // Units of a rate limit.
@@ -20,9 +28,9 @@ const (
 	Year   Unit = "year"
 )
 
-// Period returns the nominal length of u. Calendar units (day, month, year)
-// are aligned to UTC calendar boundaries by the algorithms that support it;
-// for rate computations a month counts 30 days and a year 365.
+// Period returns the nominal length of u: a month counts 30 days and a year
+// 365. Calendar windows (see Unit) use the real calendar instead. It returns
+// 0 for an unknown unit.
 func (u Unit) Period() time.Duration {
 	switch u {
 	case Second:
@@ -60,15 +68,43 @@ type FailureMode string
 
 // Failure modes.
 const (
-	FailOpen   FailureMode = "open"
-	FailClosed FailureMode = "closed"
-	FailLocal  FailureMode = "local"
+	FailOpen   FailureMode = "open"   // allow the request
+	FailClosed FailureMode = "closed" // reject the request
+	FailLocal  FailureMode = "local"  // count in the node's memory until the store is back
+)
+
+// Action is what a limit does with a request over it.
+type Action string
+
+// Actions.
+const (
+	// Reject answers over-limit requests at once (HTTP 429 by default).
+	Reject Action = "reject"
+	// Delay holds an over-limit request until the bucket lets it through,
+	// for at most OnLimit.MaxDelay, and rejects it when that is not enough.
+	// Only token_bucket and leaky_bucket can say how long to wait.
+	Delay Action = "delay"
+)
+
+// Bounds of on_limit and shards.
+const (
+	// MaxDelay bounds on_limit.max_delay: a request held longer than this
+	// ties up a connection for little gain.
+	MaxDelay = time.Minute
+	// DefaultStatus is the HTTP status of a rejected request.
+	DefaultStatus = 429
+	// MaxShards bounds shards.
+	MaxShards = 64
 )
 
 // Domain is one domain's configuration: the unit of publishing.
 type Domain struct {
-	Name        string
-	Descriptors []Descriptor
+	Name string
+	// RequestDescriptors tell the enforcer's gateway mode how to build a
+	// request's descriptors from an HTTP request. Envoy and the check APIs
+	// send descriptors themselves and ignore it.
+	RequestDescriptors []RequestDescriptor
+	Descriptors        []Descriptor
 }
 
 // Descriptor is one node of a domain's descriptor tree.
@@ -77,26 +113,97 @@ type Descriptor struct {
 	Value string // "" matches any value (one counter per value); "p*" is a prefix
 
 	RateLimit      *RateLimit // nil: no limit at this node
-	Algorithm      Algorithm  // "" means TokenBucket
-	Burst          uint32     // 0 means RequestsPerUnit
 	ShadowMode     bool
 	DetailedMetric bool
-	FailureMode    FailureMode // "" means FailOpen
+	// ValueToMetric is Lyft's value_to_metric: put the request's value in
+	// this level's metric name. It changes reporting only.
+	ValueToMetric bool
+	// ShareThreshold is Lyft's share_threshold, for a wildcard Value only:
+	// every value matching the wildcard counts against one shared counter
+	// instead of one counter per value.
+	ShareThreshold bool
+
+	// Sluice's extensions; they need a RateLimit that is not unlimited.
+	Algorithm   Algorithm   // "" means TokenBucket
+	Burst       uint32      // 0 means RequestsPerUnit; token and leaky buckets only
+	Calendar    bool        // fixed_window only: UTC calendar windows (see Unit)
+	Shards      uint32      // 0 means 1: spread a hot counter over this many keys
+	FailureMode FailureMode // "" means FailOpen
+	OnLimit     *OnLimit    // nil means reject with DefaultStatus
 
 	Descriptors []Descriptor
 }
 
 // RateLimit is a descriptor's limit, with Lyft's field semantics.
 type RateLimit struct {
-	Unit            Unit
+	Unit Unit
+	// RequestsPerUnit may be 0: as in Lyft, such a limit rejects every
+	// request (a block list entry).
 	RequestsPerUnit uint32
 	Unlimited       bool
 	Name            string
 	Replaces        []string
 }
 
+// OnLimit says what happens to a request over its limit.
+type OnLimit struct {
+	Action   Action        // "" means Reject
+	MaxDelay time.Duration // Delay only: the longest a request is held; required
+	Status   int           // HTTP status of a rejection; 0 means DefaultStatus
+}
+
 // Entry is one key/value pair of a request descriptor.
 type Entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+}
+
+// Source is where gateway mode takes a request descriptor entry's value.
+type Source string
+
+// Sources of request descriptor entries.
+const (
+	FromHeader        Source = "header"         // a request header, named by Name
+	FromRemoteAddress Source = "remote_address" // the client's IP address
+	FromPath          Source = "path"           // the URL path, without the query
+	FromMethod        Source = "method"         // GET, POST, ...
+	FromQuery         Source = "query"          // a query parameter, named by Name
+)
+
+// RequestDescriptor is how gateway mode builds one descriptor of a request:
+// one entry per element of Entries, in order. When any entry's source is
+// missing from the request (an absent or empty header or query parameter),
+// the request simply does not carry this descriptor.
+type RequestDescriptor struct {
+	Entries []RequestEntry
+}
+
+// RequestEntry is one entry of a RequestDescriptor: its key and where its
+// value comes from. Exactly one of From and Value is set; Value is a fixed
+// value, as for a global limit ({key: scope, value: global}).
+type RequestEntry struct {
 	Key   string
+	From  Source
+	Name  string // the header or query parameter, for FromHeader and FromQuery
 	Value string
+}
+
+// Resolve builds the descriptor's entries for one request, appending them to
+// dst[:0]. lookup returns the value of an entry with a From source and
+// whether the request has it; entries with a fixed Value do not call it. ok
+// is false when some source is missing (or empty): the request then does not
+// carry this descriptor.
+func (rd RequestDescriptor) Resolve(lookup func(RequestEntry) (string, bool), dst []Entry) (entries []Entry, ok bool) {
+	entries = dst[:0]
+	for _, e := range rd.Entries {
+		v := e.Value
+		if e.From != "" {
+			var found bool
+			if v, found = lookup(e); !found || v == "" {
+				return entries, false
+			}
+		}
+		entries = append(entries, Entry{Key: e.Key, Value: v})
+	}
+	return entries, true
 }

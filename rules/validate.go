@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Bounds on a domain's configuration. They keep hostile or runaway input from
@@ -13,12 +14,15 @@ import (
 const (
 	// MaxSourceBytes bounds the size of one domain's YAML.
 	MaxSourceBytes = 1 << 20
-	// MaxDepth bounds how deeply descriptors nest.
+	// MaxDepth bounds how deeply descriptors nest, and so the entries of a
+	// request descriptor that can match.
 	MaxDepth = 16
 	// MaxDescriptors bounds the number of descriptors in one domain.
 	MaxDescriptors = 100_000
 	// MaxRequestsPerUnit bounds requests_per_unit and burst.
 	MaxRequestsPerUnit = 1_000_000_000
+	// MaxRequestDescriptors bounds a domain's request_descriptors.
+	MaxRequestDescriptors = 64
 )
 
 const maxDomainName = 128
@@ -26,19 +30,26 @@ const maxDomainName = 128
 // units lists the valid units, in the order error messages show them.
 var units = []Unit{Second, Minute, Hour, Day, Week, Month, Year}
 
+// calendarUnits are the units calendar windows exist for.
+var calendarUnits = []Unit{Day, Week, Month, Year}
+
 // algorithms lists every algorithm name the rule language knows.
 var algorithms = []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter}
 
-// supportedAlgorithms are the algorithms the enforcer implements today. A
-// known algorithm missing here is rejected as "not supported yet"; adding it
-// here is all it takes to accept it.
-var supportedAlgorithms = []Algorithm{TokenBucket}
+// supportedAlgorithms are the algorithms the enforcer implements. A known
+// algorithm missing here is rejected as "not supported yet".
+var supportedAlgorithms = []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter}
 
 // bucketAlgorithms are the algorithms that have a capacity, so burst means
-// something to them.
+// something to them, and that can tell how long a request must wait, so
+// on_limit can delay.
 var bucketAlgorithms = []Algorithm{TokenBucket, LeakyBucket}
 
 var failureModes = []FailureMode{FailOpen, FailClosed, FailLocal}
+
+var actions = []Action{Reject, Delay}
+
+var sources = []Source{FromHeader, FromRemoteAddress, FromPath, FromMethod, FromQuery}
 
 // checker collects the semantic problems of a Domain. It works on the typed
 // tree, so Compile applies the same rules to domains that never were YAML.
@@ -63,6 +74,7 @@ func validate(d *Domain) []Problem {
 			c.fail(r.path, "replaces unknown rate limit "+quote(r.name))
 		}
 	}
+	c.requestDescriptors(d)
 	return c.problems
 }
 
@@ -117,13 +129,25 @@ func (c *checker) descriptors(ds []Descriptor, parent, prefix string, depth int)
 		default:
 			seen[keyValue{d.Key, d.Value}] = i
 		}
+		c.text(d.Key, join(path, "key"), "key")
+		c.text(d.Value, join(path, "value"), "value")
 		name := pathName(prefix, d)
 		if d.RateLimit != nil {
 			// A duplicate's default name is its twin's: say so only once.
 			c.rateLimit(d.RateLimit, join(path, "rate_limit"), name, !dup)
 		}
+		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+			c.fail(join(path, "share_threshold"), `share_threshold applies only to a wildcard value (one ending in "*")`)
+		}
 		c.extensions(d, path)
 		c.descriptors(d.Descriptors, path, name, depth+1)
+	}
+}
+
+// text checks a key or value Go code may have filled with anything.
+func (c *checker) text(s, path, field string) {
+	if !utf8.ValidString(s) {
+		c.fail(path, field+" must be valid UTF-8 text")
 	}
 }
 
@@ -155,7 +179,7 @@ func (c *checker) rateLimit(rl *RateLimit, path, defaultName string, register bo
 		} else if rl.Unit.Period() == 0 {
 			c.fail(join(path, "unit"), unitMessage(string(rl.Unit)))
 		}
-		if msg := countProblem("requests_per_unit", int64(rl.RequestsPerUnit)); msg != "" {
+		if msg := rangeProblem("requests_per_unit", int64(rl.RequestsPerUnit), 0, MaxRequestsPerUnit); msg != "" {
 			c.fail(join(path, "requests_per_unit"), msg)
 		}
 	}
@@ -183,23 +207,254 @@ func (c *checker) rateLimit(rl *RateLimit, path, defaultName string, register bo
 	}
 }
 
+// extensions checks Sluice's fields of a descriptor, alone and together.
 func (c *checker) extensions(d *Descriptor, path string) {
+	set := extensionsSet(d)
+	if len(set) > 0 {
+		// They configure how a limit is counted and enforced: without a
+		// counted limit they would silently do nothing.
+		why := ""
+		switch {
+		case d.RateLimit == nil:
+			why = "applies only to a descriptor with a rate_limit"
+		case d.RateLimit.Unlimited:
+			why = "has no effect on an unlimited rate limit"
+		}
+		if why != "" {
+			for _, f := range set {
+				c.fail(join(path, f), f+" "+why)
+			}
+			return
+		}
+	}
+	algo := cmp.Or(d.Algorithm, TokenBucket)
 	if d.Algorithm != "" {
 		if msg := algorithmProblem(d.Algorithm); msg != "" {
 			c.fail(join(path, "algorithm"), msg)
+			algo = "" // unknown: checking the rest against it says nothing
 		}
 	}
 	if d.FailureMode != "" && !slices.Contains(failureModes, d.FailureMode) {
 		c.fail(join(path, "failure_mode"), fmt.Sprintf("%s is not a failure mode %s", quote(string(d.FailureMode)), list(failureModes)))
 	}
+	var rpu uint32
+	if d.RateLimit != nil {
+		rpu = d.RateLimit.RequestsPerUnit
+	}
 	if d.Burst != 0 {
-		if msg := countProblem("burst", int64(d.Burst)); msg != "" {
+		switch msg := rangeProblem("burst", int64(d.Burst), 1, MaxRequestsPerUnit); {
+		case msg != "":
 			c.fail(join(path, "burst"), msg)
-		}
-		if algo := cmp.Or(d.Algorithm, TokenBucket); !slices.Contains(bucketAlgorithms, algo) {
-			c.fail(join(path, "burst"), fmt.Sprintf("burst applies only to %s, not to %s", orList(bucketAlgorithms), algo))
+		case algo != "" && !slices.Contains(bucketAlgorithms, algo):
+			c.fail(join(path, "burst"), fmt.Sprintf("burst applies only to %s, not to %s", andList(bucketAlgorithms), algo))
+		case rpu == 0:
+			c.fail(join(path, "burst"), "burst has no effect on a limit of 0 requests_per_unit, which rejects every request")
 		}
 	}
+	if d.Calendar {
+		unit := d.RateLimit.Unit
+		switch {
+		case algo != "" && algo != FixedWindow:
+			msg := fmt.Sprintf("calendar windows apply only to algorithm fixed_window, not to %s", algo)
+			if d.Algorithm == "" {
+				msg += " (the default): set algorithm: fixed_window"
+			}
+			c.fail(join(path, "calendar"), msg)
+		case unit.Period() != 0 && !slices.Contains(calendarUnits, unit):
+			c.fail(join(path, "calendar"), fmt.Sprintf("calendar windows need a unit of %s, not %s", orList(calendarUnits), unit))
+		}
+	}
+	if d.Shards != 0 {
+		switch msg := rangeProblem("shards", int64(d.Shards), 1, MaxShards); {
+		case msg != "":
+			c.fail(join(path, "shards"), msg)
+		case d.Shards > 1 && d.Shards > rpu:
+			c.fail(join(path, "shards"), fmt.Sprintf("shards (%d) is more than requests_per_unit (%d): a shard would allow less than one request", d.Shards, rpu))
+		}
+	}
+	if d.OnLimit != nil {
+		c.onLimit(d, algo, rpu, join(path, "on_limit"))
+	}
+}
+
+// extensionsSet names the Sluice extension fields d sets.
+func extensionsSet(d *Descriptor) []string {
+	var set []string
+	add := func(ok bool, name string) {
+		if ok {
+			set = append(set, name)
+		}
+	}
+	add(d.Algorithm != "", "algorithm")
+	add(d.Burst != 0, "burst")
+	add(d.Calendar, "calendar")
+	add(d.Shards != 0, "shards")
+	add(d.FailureMode != "", "failure_mode")
+	add(d.OnLimit != nil, "on_limit")
+	return set
+}
+
+func (c *checker) onLimit(d *Descriptor, algo Algorithm, rpu uint32, path string) {
+	ol := d.OnLimit
+	if ol.Action != "" && !slices.Contains(actions, ol.Action) {
+		c.fail(join(path, "action"), fmt.Sprintf("%s is not an action %s", quote(string(ol.Action)), list(actions)))
+	}
+	if ol.Action == Delay {
+		switch {
+		case algo != "" && !slices.Contains(bucketAlgorithms, algo):
+			c.fail(join(path, "action"), fmt.Sprintf("delay needs algorithm %s (they can tell how long to wait), not %s", orList(bucketAlgorithms), algo))
+		case d.ShadowMode:
+			c.fail(join(path, "action"), "delay cannot be combined with shadow_mode, which must never hold requests")
+		case rpu == 0:
+			c.fail(join(path, "action"), "a limit of 0 requests_per_unit rejects every request; it cannot delay")
+		}
+		switch {
+		case ol.MaxDelay == 0:
+			c.fail(join(path, "max_delay"), "max_delay is required with action delay (the longest a request may wait, like 2s)")
+		case ol.MaxDelay < 0:
+			c.fail(join(path, "max_delay"), "max_delay must be greater than 0")
+		case ol.MaxDelay > MaxDelay:
+			c.fail(join(path, "max_delay"), fmt.Sprintf("max_delay must be at most %s", MaxDelay))
+		}
+	} else if ol.MaxDelay != 0 {
+		c.fail(join(path, "max_delay"), "max_delay applies only to action delay")
+	}
+	if ol.Status != 0 {
+		if msg := rangeProblem("status", int64(ol.Status), 400, 599); msg != "" {
+			c.fail(join(path, "status"), msg)
+		}
+	}
+}
+
+// requestDescriptors checks the domain's request_descriptors, including that
+// each can reach a rate limit: one that cannot is almost always a typo in a
+// key, and would silently limit nothing.
+func (c *checker) requestDescriptors(d *Domain) {
+	const list = "request_descriptors"
+	if len(d.RequestDescriptors) > MaxRequestDescriptors {
+		c.fail(list, fmt.Sprintf("a domain may have at most %d request descriptors", MaxRequestDescriptors))
+		return
+	}
+	for i, rd := range d.RequestDescriptors {
+		path := index(list, i)
+		entries := join(path, "entries")
+		switch {
+		case len(rd.Entries) == 0:
+			c.fail(entries, "entries is required")
+			continue
+		case len(rd.Entries) > MaxDepth:
+			c.fail(entries, fmt.Sprintf("a request descriptor may have at most %d entries (descriptors nest at most %d levels)", MaxDepth, MaxDepth))
+			continue
+		}
+		ok := true
+		for j, e := range rd.Entries {
+			if !c.requestEntry(e, index(entries, j)) {
+				ok = false
+			}
+		}
+		if ok && len(d.Descriptors) > 0 && !reaches(d.Descriptors, rd.Entries) {
+			c.fail(path, fmt.Sprintf("no rate limit in descriptors matches a request descriptor with keys %s", keyList(rd.Entries)))
+		}
+	}
+}
+
+// requestEntry checks one entry and reports whether it is usable.
+func (c *checker) requestEntry(e RequestEntry, path string) bool {
+	n := len(c.problems)
+	if e.Key == "" {
+		c.fail(join(path, "key"), "key is required")
+	}
+	c.text(e.Key, join(path, "key"), "key")
+	c.text(e.Value, join(path, "value"), "value")
+	switch {
+	case e.From == "" && e.Value == "":
+		c.fail(join(path, "from"), "from is required "+list(sources)+", or a fixed value")
+	case e.From != "" && e.Value != "":
+		c.fail(join(path, "value"), "an entry takes from or a fixed value, not both")
+	case e.From != "" && !slices.Contains(sources, e.From):
+		c.fail(join(path, "from"), fmt.Sprintf("%s is not a source %s", quote(string(e.From)), list(sources)))
+	case e.From == FromHeader || e.From == FromQuery:
+		switch {
+		case e.Name == "":
+			c.fail(join(path, "name"), fmt.Sprintf("name is required with from: %s (the %s to read)", e.From, map[Source]string{FromHeader: "header", FromQuery: "query parameter"}[e.From]))
+		case e.From == FromHeader && !isToken(e.Name):
+			c.fail(join(path, "name"), fmt.Sprintf("%s is not a valid HTTP header name", quote(e.Name)))
+		}
+	case e.Name != "":
+		c.fail(join(path, "name"), "name applies only to from: header and from: query")
+	}
+	return len(c.problems) == n
+}
+
+// reaches reports whether a request descriptor built from entries can match
+// a rate limit in ds. Entries with a source may carry any value; fixed
+// values match as Match would match them.
+func reaches(ds []Descriptor, entries []RequestEntry) bool {
+	e, last := entries[0], len(entries) == 1
+	var candidates []*Descriptor
+	if e.From == "" {
+		if d := lookupValue(ds, e.Key, e.Value); d != nil {
+			candidates = append(candidates, d)
+		}
+	} else {
+		for i := range ds {
+			if ds[i].Key == e.Key {
+				candidates = append(candidates, &ds[i])
+			}
+		}
+	}
+	for _, d := range candidates {
+		if last && d.RateLimit != nil || !last && reaches(d.Descriptors, entries[1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// lookupValue finds the descriptor of key that value matches, with Match's
+// precedence: the exact value, else the longest matching wildcard, else the
+// descriptor without a value.
+func lookupValue(ds []Descriptor, key, value string) *Descriptor {
+	var wildcard, any *Descriptor
+	for i := range ds {
+		d := &ds[i]
+		if d.Key != key {
+			continue
+		}
+		switch {
+		case d.Value == "":
+			any = d
+		case d.Value == value:
+			return d
+		case strings.HasSuffix(d.Value, "*") && strings.HasPrefix(value, d.Value[:len(d.Value)-1]):
+			if wildcard == nil || len(d.Value) > len(wildcard.Value) {
+				wildcard = d
+			}
+		}
+	}
+	return cmp.Or(wildcard, any)
+}
+
+func keyList(entries []RequestEntry) string {
+	keys := make([]string, len(entries))
+	for i, e := range entries {
+		keys[i] = quote(e.Key)
+	}
+	return "(" + strings.Join(keys, ", ") + ")"
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), as header names are.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func algorithmProblem(a Algorithm) string {
@@ -218,15 +473,19 @@ func unitMessage(u string) string {
 	return fmt.Sprintf("%s is not a unit %s", quote(u), unitList)
 }
 
-// countProblem checks a requests_per_unit or burst value.
-func countProblem(field string, v int64) string {
+// rangeProblem checks a whole number against its bounds.
+func rangeProblem(field string, v, lo, hi int64) string {
 	switch {
-	case v <= 0:
+	case v >= lo && v <= hi:
+		return ""
+	case lo == 0 && v < 0:
+		return field + " must not be negative"
+	case lo == 1 && v < 1:
 		return field + " must be greater than 0"
-	case v > MaxRequestsPerUnit:
-		return fmt.Sprintf("%s must be at most %d", field, MaxRequestsPerUnit)
+	case lo <= 1:
+		return fmt.Sprintf("%s must be at most %d", field, hi)
 	}
-	return ""
+	return fmt.Sprintf("%s must be from %d to %d", field, lo, hi)
 }
 
 // pathName is the Lyft-style name of descriptor d under prefix:
@@ -263,7 +522,11 @@ func list[T ~string](values []T) string {
 	return "(" + strings.Join(s, ", ") + ")"
 }
 
-func orList[T ~string](values []T) string {
+// andList and orList format values as "a, b and c" or "a, b or c".
+func andList[T ~string](values []T) string { return wordList(values, " and ") }
+func orList[T ~string](values []T) string  { return wordList(values, " or ") }
+
+func wordList[T ~string](values []T, last string) string {
 	s := make([]string, len(values))
 	for i, v := range values {
 		s[i] = string(v)
@@ -271,7 +534,7 @@ func orList[T ~string](values []T) string {
 	if len(s) < 2 {
 		return strings.Join(s, "")
 	}
-	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+	return strings.Join(s[:len(s)-1], ", ") + last + s[len(s)-1]
 }
 
 // quote quotes s for a message, shortening long values so one huge field

@@ -13,6 +13,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -27,8 +29,12 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// maxBodyBytes bounds every JSON request body.
-const maxBodyBytes = 2 << 20
+// Body size limits. A domain's YAML travels inside a JSON body, so the
+// general limit leaves room for large rule files; sign-in bodies are tiny.
+const (
+	maxBodyBytes  = 2 << 20
+	maxLoginBytes = 16 << 10
+)
 
 // Config wires the API.
 type Config struct {
@@ -39,24 +45,47 @@ type Config struct {
 	// SecureCookies marks session cookies Secure (set when serving TLS or
 	// behind a TLS-terminating proxy).
 	SecureCookies bool
+	// TrustedProxies lists the proxies (IP addresses or CIDRs) whose
+	// X-Forwarded-For and X-Real-IP headers name the client. Empty trusts
+	// none: the client is the peer address. Entries must be valid (see
+	// CheckProxies); invalid ones are ignored.
+	TrustedProxies []string
+	// LoginThrottle decides sign-in attempts; nil means an in-process
+	// token bucket.
+	LoginThrottle Throttle
 }
 
 // API serves the console's HTTP routes.
 type API struct {
-	store  *store.Store
-	hub    *hub.Hub
-	log    *slog.Logger
-	secure bool
-	engine *gin.Engine
+	store    *store.Store
+	hub      *hub.Hub
+	log      *slog.Logger
+	secure   bool
+	engine   *gin.Engine
+	throttle Throttle
+	openapi  []byte
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 }
 
+// CheckProxies reports the first entry of a trusted-proxy list that is
+// neither an IP address nor a CIDR.
+func CheckProxies(proxies []string) error {
+	if err := gin.New().SetTrustedProxies(proxies); err != nil {
+		return fmt.Errorf("trusted proxies: %w", err)
+	}
+	return nil
+}
+
 // New builds the router.
 func New(cfg Config) *API {
 	gin.SetMode(gin.ReleaseMode)
-	a := &API{store: cfg.Store, hub: cfg.Hub, log: cfg.Log, secure: cfg.SecureCookies, engine: gin.New()}
+	a := &API{store: cfg.Store, hub: cfg.Hub, log: cfg.Log, secure: cfg.SecureCookies, engine: gin.New(),
+		throttle: cfg.LoginThrottle, openapi: openAPIJSON}
+	if a.throttle == nil {
+		a.throttle = newBuckets(time.Now)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -72,30 +101,60 @@ func New(cfg Config) *API {
 
 	r := a.engine
 	r.ContextWithFallback = true
-	r.Use(a.recover, a.observe, securityHeaders)
+	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		a.log.Warn("ignoring invalid trusted proxies", "error", err)
+		_ = r.SetTrustedProxies(nil)
+	}
+	r.Use(a.recover, a.observe, securityHeaders, limitBody, a.checkOrigin)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", a.readyz)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 
+	viewer, editor, admin := a.require(store.RoleViewer), a.require(store.RoleEditor), a.require(store.RoleAdmin)
 	v1 := r.Group("/api/v1", a.authenticate)
+	v1.GET("/openapi.json", a.getOpenAPI)
+	v1.GET("/schema", getSchema)
 	v1.POST("/auth/login", a.login)
-	v1.POST("/auth/logout", a.require(store.RoleViewer), a.logout)
-	v1.GET("/me", a.require(store.RoleViewer), a.me)
+	v1.POST("/auth/logout", viewer, a.logout)
+	v1.GET("/me", viewer, a.me)
+	v1.PUT("/me/password", viewer, a.changePassword)
 
-	v1.GET("/ruleset", a.require(store.RoleViewer), a.getRuleset)
-	v1.GET("/domains/:domain", a.require(store.RoleViewer), a.getDomain)
-	v1.PUT("/domains/:domain", a.require(store.RoleEditor), a.putDomain)
-	v1.DELETE("/domains/:domain", a.require(store.RoleEditor), a.deleteDomain)
-	v1.GET("/versions", a.require(store.RoleViewer), a.listVersions)
-	v1.GET("/versions/:n", a.require(store.RoleViewer), a.getVersion)
-	v1.POST("/versions/:n/rollback", a.require(store.RoleEditor), a.rollback)
+	v1.GET("/ruleset", viewer, a.getRuleset)
+	v1.GET("/domains", viewer, a.listDomains)
+	v1.GET("/domains/:domain", viewer, a.getDomain)
+	v1.PUT("/domains/:domain", editor, a.putDomain)
+	v1.DELETE("/domains/:domain", editor, a.deleteDomain)
+	v1.POST("/domains/:domain/rollback", editor, a.rollbackDomain)
+	v1.GET("/versions", viewer, a.listVersions)
+	v1.GET("/versions/:n", viewer, a.getVersion)
+	v1.GET("/versions/:n/diff/:m", viewer, a.diffVersions)
+	v1.POST("/versions/:n/rollback", editor, a.rollback)
 
-	v1.GET("/audit", a.require(store.RoleViewer), a.listAudit)
-	v1.GET("/audit/verify", a.require(store.RoleViewer), a.verifyAudit)
+	v1.GET("/changes", viewer, a.listChanges)
+	v1.POST("/changes", editor, a.createChange)
+	v1.GET("/changes/:id", viewer, a.getChange)
+	v1.POST("/changes/:id/approve", editor, a.approveChange)
+	v1.POST("/changes/:id/reject", editor, a.rejectChange)
 
-	v1.POST("/tokens", a.require(store.RoleAdmin), a.createToken)
+	v1.GET("/settings", viewer, a.getSettings)
+	v1.PUT("/settings", admin, a.putSettings)
 
-	v1.GET("/nodes", a.require(store.RoleViewer), a.listNodes)
+	v1.GET("/audit", viewer, a.listAudit)
+	v1.GET("/audit/verify", viewer, a.verifyAudit)
+
+	v1.GET("/users", admin, a.listUsers)
+	v1.POST("/users", admin, a.createUser)
+	v1.POST("/users/:id/disable", admin, a.disableUser)
+	v1.POST("/users/:id/enable", admin, a.enableUser)
+	v1.PUT("/users/:id/role", admin, a.setUserRole)
+	v1.PUT("/users/:id/password", admin, a.resetPassword)
+
+	v1.GET("/tokens", admin, a.listTokens)
+	v1.POST("/tokens", admin, a.createToken)
+	v1.POST("/tokens/:id/disable", admin, a.disableToken)
+	v1.POST("/tokens/:id/rotate", admin, a.rotateToken)
+
+	v1.GET("/nodes", viewer, a.listNodes)
 	v1.GET("/nodes/stream", a.require(store.RoleNode), a.nodeStream)
 
 	r.NoRoute(func(c *gin.Context) {
@@ -143,6 +202,10 @@ func httpError(status int, code, message string) *apiError {
 	return &apiError{status: status, code: code, message: message}
 }
 
+func badRequest(format string, args ...any) *apiError {
+	return httpError(http.StatusBadRequest, "bad_request", fmt.Sprintf(format, args...))
+}
+
 func errorBody(code, message string, details any) gin.H {
 	body := gin.H{"code": code, "message": message}
 	if details != nil {
@@ -155,9 +218,12 @@ func errorBody(code, message string, details any) gin.H {
 // not know become a 500 without their text.
 func (a *API) fail(c *gin.Context, err error) {
 	var (
-		ae *apiError
-		ve *rules.ValidationError
-		ce *store.ConflictError
+		ae  *apiError
+		ve  *rules.ValidationError
+		ce  *store.ConflictError
+		ie  *store.InvalidError
+		re  *store.RefusedError
+		big *http.MaxBytesError
 	)
 	switch {
 	case errors.As(err, &ae):
@@ -165,11 +231,21 @@ func (a *API) fail(c *gin.Context, err error) {
 	case errors.As(err, &ve):
 		c.AbortWithStatusJSON(http.StatusUnprocessableEntity, errorBody("invalid", "the rules are not valid", ve.Details()))
 	case errors.As(err, &ce):
-		c.AbortWithStatusJSON(http.StatusConflict, errorBody("conflict", ce.Error(), gin.H{"changed_in": ce.ChangedIn}))
+		c.AbortWithStatusJSON(http.StatusConflict, errorBody("conflict", ce.Error(), gin.H{"changed_in": ce.ChangedIn, "base_version": ce.Base}))
+	case errors.As(err, &ie):
+		c.AbortWithStatusJSON(http.StatusBadRequest, errorBody("bad_request", ie.Reason, nil))
+	case errors.As(err, &re):
+		c.AbortWithStatusJSON(http.StatusConflict, errorBody("conflict", re.Reason, nil))
+	case errors.Is(err, store.ErrSelfApproval):
+		c.AbortWithStatusJSON(http.StatusForbidden, errorBody("self_approval", "a change needs a second person: its author cannot approve it", nil))
+	case errors.Is(err, store.ErrApprovalRequired):
+		c.AbortWithStatusJSON(http.StatusConflict, errorBody("approval_required", "changes need approval; propose one with POST /api/v1/changes", nil))
 	case errors.Is(err, rules.ErrConflict):
 		c.AbortWithStatusJSON(http.StatusConflict, errorBody("conflict", "conflicts with existing data", nil))
 	case errors.Is(err, rules.ErrNotFound):
 		c.AbortWithStatusJSON(http.StatusNotFound, errorBody("not_found", "not found", nil))
+	case errors.As(err, &big):
+		c.AbortWithStatusJSON(http.StatusRequestEntityTooLarge, errorBody("too_large", fmt.Sprintf("request body over %d bytes", big.Limit), nil))
 	case errors.Is(err, context.Canceled):
 		c.Abort()
 	default:
@@ -179,22 +255,29 @@ func (a *API) fail(c *gin.Context, err error) {
 }
 
 // decode reads a JSON body strictly: bounded size, unknown fields refused.
-func decode(c *gin.Context, v any) error {
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes)
+func decode(c *gin.Context, v any) error { return decodeLimit(c, v, maxBodyBytes, false) }
+
+// decodeOptional is decode for bodies that may be empty (all fields optional).
+func decodeOptional(c *gin.Context, v any) error { return decodeLimit(c, v, maxBodyBytes, true) }
+
+func decodeLimit(c *gin.Context, v any, limit int64, optional bool) error {
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return httpError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", maxBodyBytes))
+		switch {
+		case errors.As(err, &tooBig):
+			return httpError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", tooBig.Limit))
+		case errors.Is(err, io.EOF) && optional:
+			return nil
+		case errors.Is(err, io.EOF):
+			return badRequest("request body is empty")
 		}
-		if errors.Is(err, io.EOF) {
-			return httpError(http.StatusBadRequest, "bad_request", "request body is empty")
-		}
-		return httpError(http.StatusBadRequest, "bad_request", "invalid JSON: "+err.Error())
+		return badRequest("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if dec.More() {
-		return httpError(http.StatusBadRequest, "bad_request", "invalid JSON: trailing data after the object")
+		return badRequest("invalid JSON: trailing data after the object")
 	}
 	return nil
 }
@@ -202,7 +285,7 @@ func decode(c *gin.Context, v any) error {
 func pathInt(c *gin.Context, name string) (int64, error) {
 	n, err := strconv.ParseInt(c.Param(name), 10, 64)
 	if err != nil || n <= 0 {
-		return 0, httpError(http.StatusBadRequest, "bad_request", fmt.Sprintf("%s must be a positive integer", name))
+		return 0, badRequest("%s must be a positive integer", name)
 	}
 	return n, nil
 }
@@ -214,9 +297,45 @@ func queryInt(c *gin.Context, name string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
-		return 0, httpError(http.StatusBadRequest, "bad_request", fmt.Sprintf("query parameter %s must be a non-negative integer", name))
+		return 0, badRequest("query parameter %s must be a non-negative integer", name)
 	}
 	return n, nil
+}
+
+func queryTime(c *gin.Context, name string) (time.Time, error) {
+	s := c.Query(name)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, badRequest("query parameter %s must be an RFC 3339 time like 2025-01-31T12:00:00Z", name)
+	}
+	return t, nil
+}
+
+// page reads the cursor pagination parameters ?cursor= and ?limit=.
+func page(c *gin.Context) (cursor int64, limit int, err error) {
+	if cursor, err = queryInt(c, "cursor"); err != nil {
+		return 0, 0, err
+	}
+	l, err := queryInt(c, "limit")
+	if err != nil {
+		return 0, 0, err
+	}
+	if l > 1000 {
+		return 0, 0, badRequest("query parameter limit must be at most 1000")
+	}
+	return cursor, int(l), nil
+}
+
+// nextCursor renders a store's next-page cursor: null on the last page.
+func nextCursor(next int64) *string {
+	if next == 0 {
+		return nil
+	}
+	s := strconv.FormatInt(next, 10)
+	return &s
 }
 
 func (a *API) recover(c *gin.Context) {
@@ -232,9 +351,13 @@ func (a *API) recover(c *gin.Context) {
 	c.Next()
 }
 
+// requestIDPattern is what a client-supplied X-Request-ID may look like; it
+// ends up in logs and the audit trail.
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
 func (a *API) observe(c *gin.Context) {
 	id := c.GetHeader("X-Request-ID")
-	if id == "" || len(id) > 128 {
+	if !requestIDPattern.MatchString(id) {
 		b := make([]byte, 8)
 		rand.Read(b)
 		id = hex.EncodeToString(b)
@@ -257,5 +380,37 @@ func securityHeaders(c *gin.Context) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	if strings.HasPrefix(c.Request.URL.Path, "/api/") {
+		h.Set("Cache-Control", "no-store")
+	}
+	c.Next()
+}
+
+// limitBody bounds every request body, whatever the handler does with it.
+func limitBody(c *gin.Context) {
+	if c.Request.ContentLength > maxBodyBytes {
+		c.AbortWithStatusJSON(http.StatusRequestEntityTooLarge, errorBody("too_large", fmt.Sprintf("request body over %d bytes", maxBodyBytes), nil))
+		return
+	}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes)
+	c.Next()
+}
+
+// checkOrigin refuses a browser's cross-origin websocket handshake. Browsers
+// send cookies with websocket handshakes and apply no CORS to them, so a
+// foreign page could otherwise open a stream as the signed-in user.
+// Enforcers and other programs send no Origin and are not affected.
+func (a *API) checkOrigin(c *gin.Context) {
+	origin := c.GetHeader("Origin")
+	if origin == "" || !strings.EqualFold(c.GetHeader("Upgrade"), "websocket") {
+		c.Next()
+		return
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, c.Request.Host) {
+		a.fail(c, httpError(http.StatusForbidden, "forbidden_origin", "cross-origin websocket refused"))
+		return
+	}
 	c.Next()
 }

@@ -3,12 +3,16 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
+	"regexp"
+	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,44 +22,70 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-const validYAML = `domain: api
-descriptors:
-  - key: api_key
-    rate_limit: {unit: minute, requests_per_unit: 100}
-`
+func domainYAML(name string, n int) string {
+	return fmt.Sprintf("domain: %s\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", name, n)
+}
+
+var validYAML = domainYAML("api", 100)
+
+// clock is a time source the test moves by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
 
 type fixture struct {
+	api    *api.API
+	url    string // the test database
 	srv    *httptest.Server
 	store  *store.Store
+	clock  *clock
 	tokens map[string]string // credential name → bearer secret
+	ids    map[string]int64  // named fixtures → ids
 }
+
+// sys is the actor of fixture set-up.
+var sys = store.Actor{Name: "test"}
+
+// credentials are every kind of caller; "" is anonymous.
+var credentials = []string{"", "garbage", "viewer", "editor", "admin", "node", "expired", "disabled"}
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	url := testenv.PostgresURL(t)
+	st, err := store.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(api.New(api.Config{Store: st, Hub: hub.New(st, log), Log: log}))
+	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	a := api.New(api.Config{Store: st, Hub: hub.New(st, log), Log: log, LoginThrottle: api.NewTestThrottle(clk.now)})
+	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
-	f := &fixture{srv: srv, store: st, tokens: map[string]string{}}
-	sys := store.Actor{Name: "test"}
+	f := &fixture{api: a, url: url, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{}}
 	for _, role := range []string{"viewer", "editor", "admin", "node"} {
-		_, secret, err := st.CreateToken(ctx, role, role, nil, sys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.tokens[role] = secret
+		f.token(t, role, role, nil)
 	}
 	past := time.Now().Add(-time.Hour)
-	_, secret, err := st.CreateToken(ctx, "old", "admin", &past, sys)
-	if err != nil {
+	f.token(t, "expired", "admin", &past)
+	f.token(t, "disabled", "admin", nil)
+	if _, err := st.DisableToken(ctx, f.ids["token:disabled"], sys); err != nil {
 		t.Fatal(err)
 	}
-	f.tokens["expired"] = secret
 	f.tokens["garbage"] = "slc_not-a-real-token"
 	if _, err := st.CreateUser(ctx, "alice", "correct horse", "editor", sys); err != nil {
 		t.Fatal(err)
@@ -63,13 +93,35 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// token creates a token named name and keeps its secret as credential name.
+func (f *fixture) token(t *testing.T, name, role string, expires *time.Time) {
+	t.Helper()
+	tok, secret, err := f.store.CreateToken(context.Background(), name, role, expires, sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tokens[name] = secret
+	f.ids["token:"+name] = tok.ID
+}
+
 // call sends a request with a credential ("" = anonymous) and returns the
 // status and body.
 func (f *fixture) call(t *testing.T, method, path, cred, body string) (int, string) {
 	t.Helper()
+	resp := f.do(t, method, path, cred, body, nil)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (f *fixture) do(t *testing.T, method, path, cred, body string, header http.Header) *http.Response {
+	t.Helper()
 	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if cred != "" {
 		req.Header.Set("Authorization", "Bearer "+f.tokens[cred])
@@ -78,155 +130,318 @@ func (f *fixture) call(t *testing.T, method, path, cred, body string) (int, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp
 }
 
-func TestRouteAccess(t *testing.T) {
-	f := newFixture(t)
-	publish := `{"yaml":` + jsonString(validYAML) + `,"message":"m","base_version":0}`
-	// Each scenario runs in order against one database.
-	scenarios := []struct {
-		name, method, path, cred, body string
-		status                         int
-		contains                       string
-	}{
-		{"health", "GET", "/healthz", "", "", 200, "ok"},
-		{"ready", "GET", "/readyz", "", "", 200, "ready"},
-		{"metrics", "GET", "/metrics", "", "", 200, "sluice_console_http_requests_total"},
-		{"ruleset anonymous", "GET", "/api/v1/ruleset", "", "", 401, "unauthorized"},
-		{"ruleset garbage", "GET", "/api/v1/ruleset", "garbage", "", 401, "unauthorized"},
-		{"ruleset expired", "GET", "/api/v1/ruleset", "expired", "", 401, "unauthorized"},
-		{"ruleset node", "GET", "/api/v1/ruleset", "node", "", 403, "forbidden"},
-		{"ruleset viewer", "GET", "/api/v1/ruleset", "viewer", "", 200, `"version":0`},
-		{"publish viewer", "PUT", "/api/v1/domains/api", "viewer", publish, 403, "forbidden"},
-		{"publish node", "PUT", "/api/v1/domains/api", "node", publish, 403, "forbidden"},
-		{"publish editor", "PUT", "/api/v1/domains/api", "editor", publish, 200, `{"version":1}`},
-		{"publish stale", "PUT", "/api/v1/domains/api", "editor", publish, 409, "changed in version 1"},
-		{"publish invalid yaml", "PUT", "/api/v1/domains/api", "editor",
-			`{"yaml":"domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n","message":"m","base_version":1}`,
-			422, `"line":4`},
-		{"publish wrong domain", "PUT", "/api/v1/domains/other", "editor", publish, 422, "does not match"},
-		{"publish no message", "PUT", "/api/v1/domains/api", "editor", `{"yaml":"x","message":" ","base_version":1}`, 400, "message is required"},
-		{"publish unknown field", "PUT", "/api/v1/domains/api", "editor", `{"yml":"x"}`, 400, `unknown field \"yml\"`},
-		{"publish bad json", "PUT", "/api/v1/domains/api", "editor", `{`, 400, "invalid JSON"},
-		{"publish bad domain name", "PUT", "/api/v1/domains/a%20b", "editor", publish, 400, "domain names"},
-		{"domain viewer", "GET", "/api/v1/domains/api", "viewer", "", 200, `"version":1`},
-		{"domain missing", "GET", "/api/v1/domains/nope", "viewer", "", 404, "not_found"},
-		{"versions", "GET", "/api/v1/versions", "viewer", "", 200, `"author":"token:editor#2"`},
-		{"version 1", "GET", "/api/v1/versions/1", "viewer", "", 200, `"name":"api"`},
-		{"version 99", "GET", "/api/v1/versions/99", "viewer", "", 404, "not_found"},
-		{"version bad", "GET", "/api/v1/versions/x", "viewer", "", 400, "positive integer"},
-		{"delete stale", "DELETE", "/api/v1/domains/api", "editor", `{"message":"bye","base_version":0}`, 409, "conflict"},
-		{"delete", "DELETE", "/api/v1/domains/api", "editor", `{"message":"bye","base_version":1}`, 200, `{"version":2}`},
-		{"delete again", "DELETE", "/api/v1/domains/api", "editor", `{"message":"bye","base_version":2}`, 404, "not_found"},
-		{"rollback viewer", "POST", "/api/v1/versions/1/rollback", "viewer", `{"message":"undo"}`, 403, "forbidden"},
-		{"rollback", "POST", "/api/v1/versions/1/rollback", "editor", `{"message":"undo"}`, 200, `"version":3`},
-		{"rollback future", "POST", "/api/v1/versions/50/rollback", "editor", `{"message":"undo"}`, 404, "not_found"},
-		{"after rollback", "GET", "/api/v1/domains/api", "viewer", "", 200, `"version":3`},
-		{"tokens editor", "POST", "/api/v1/tokens", "editor", `{"name":"x","role":"viewer"}`, 403, "forbidden"},
-		{"tokens admin", "POST", "/api/v1/tokens", "admin", `{"name":"x","role":"node"}`, 201, `"token":"slc_`},
-		{"tokens bad role", "POST", "/api/v1/tokens", "admin", `{"name":"x","role":"root"}`, 400, "role must be"},
-		{"nodes", "GET", "/api/v1/nodes", "viewer", "", 200, `"nodes":[]`},
-		{"stream viewer", "GET", "/api/v1/nodes/stream", "viewer", "", 403, "forbidden"},
-		{"stream anonymous", "GET", "/api/v1/nodes/stream", "", "", 401, "unauthorized"},
-		{"audit", "GET", "/api/v1/audit?action=domain.publish", "viewer", "", 200, `"action":"domain.publish"`},
-		{"audit verify", "GET", "/api/v1/audit/verify", "viewer", "", 200, `"ok":true`},
-		{"me node", "GET", "/api/v1/me", "node", "", 403, "forbidden"},
-		{"unknown api route", "GET", "/api/v1/nope", "viewer", "", 404, "no such route"},
+// decodeJSON calls and decodes a JSON answer, failing unless the status is want.
+func (f *fixture) decodeJSON(t *testing.T, method, path, cred, body string, want int, out any) {
+	t.Helper()
+	status, got := f.call(t, method, path, cred, body)
+	if status != want {
+		t.Fatalf("%s %s as %q = %d %s; want %d", method, path, cred, status, got, want)
 	}
-	for _, s := range scenarios {
-		status, body := f.call(t, s.method, s.path, s.cred, s.body)
-		if status != s.status || !strings.Contains(body, s.contains) {
-			t.Errorf("%s: %s %s as %q = %d %s; want %d containing %q", s.name, s.method, s.path, s.cred, status, body, s.status, s.contains)
+	if out != nil {
+		if err := json.Unmarshal([]byte(got), out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, path, got, err)
 		}
-	}
-}
-
-func TestSessionLoginAndCSRF(t *testing.T) {
-	f := newFixture(t)
-	jar, _ := cookiejar.New(nil)
-	client := &http.Client{Jar: jar}
-	do := func(method, path, csrf, body string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
-		if csrf != "" {
-			req.Header.Set("X-CSRF-Token", csrf)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if status, body := do("POST", "/api/v1/auth/login", "", `{"username":"alice","password":"wrong"}`); status != 401 || !strings.Contains(body, "invalid username or password") {
-		t.Fatalf("wrong password: %d %s", status, body)
-	}
-	if status, body := do("POST", "/api/v1/auth/login", "", `{"username":"nobody","password":"wrong"}`); status != 401 || !strings.Contains(body, "invalid username or password") {
-		t.Fatalf("unknown user: %d %s", status, body)
-	}
-	status, body := do("POST", "/api/v1/auth/login", "", `{"username":"alice","password":"correct horse"}`)
-	if status != 200 {
-		t.Fatalf("login: %d %s", status, body)
-	}
-	var login struct {
-		CSRFToken string `json:"csrf_token"`
-	}
-	json.Unmarshal([]byte(body), &login)
-	if login.CSRFToken == "" {
-		t.Fatalf("login returned no csrf_token: %s", body)
-	}
-	if status, body := do("GET", "/api/v1/me", "", ""); status != 200 || !strings.Contains(body, `"username":"alice"`) {
-		t.Fatalf("me: %d %s", status, body)
-	}
-	publish := `{"yaml":` + jsonString(validYAML) + `,"message":"m","base_version":0}`
-	if status, body := do("PUT", "/api/v1/domains/api", "", publish); status != 403 || !strings.Contains(body, "csrf") {
-		t.Fatalf("write without CSRF: %d %s", status, body)
-	}
-	if status, body := do("PUT", "/api/v1/domains/api", "wrong", publish); status != 403 {
-		t.Fatalf("write with wrong CSRF: %d %s", status, body)
-	}
-	if status, body := do("PUT", "/api/v1/domains/api", login.CSRFToken, publish); status != 200 {
-		t.Fatalf("write with CSRF: %d %s", status, body)
-	}
-	if status, body := do("GET", "/api/v1/versions", "", ""); !strings.Contains(body, `"author":"user:alice"`) {
-		t.Fatalf("versions: %d %s", status, body)
-	}
-	if status, _ := do("POST", "/api/v1/auth/logout", login.CSRFToken, ""); status != 204 {
-		t.Fatalf("logout: %d", status)
-	}
-	if status, _ := do("GET", "/api/v1/me", "", ""); status != 401 {
-		t.Fatalf("me after logout: %d", status)
-	}
-	status, body = f.call(t, "GET", "/api/v1/audit", "viewer", "")
-	for _, action := range []string{"auth.login_failed", "auth.login", "domain.publish", "auth.logout"} {
-		if !strings.Contains(body, `"action":"`+action+`"`) {
-			t.Errorf("audit lacks %s: %d %s", action, status, body)
-		}
-	}
-}
-
-func TestSecurityHeaders(t *testing.T) {
-	f := newFixture(t)
-	resp, err := http.Get(f.srv.URL + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	for _, h := range []string{"Content-Security-Policy", "X-Content-Type-Options", "Referrer-Policy", "X-Request-Id"} {
-		if resp.Header.Get(h) == "" {
-			t.Errorf("missing header %s", h)
-		}
-	}
-	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") {
-		t.Errorf("CSP = %q", csp)
 	}
 }
 
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+func publishBody(domain string, n int, base int64, message string) string {
+	return fmt.Sprintf(`{"yaml":%s,"message":%s,"base_version":%d}`, jsonString(domainYAML(domain, n)), jsonString(message), base)
+}
+
+// scenario is one route probed with every credential. Auth is who may call
+// it: "open" (outside /api/v1, no authentication at all), "public" (any
+// valid or no credential), or the least role. OK is the status an allowed
+// caller gets. In Path and Body, {cred} becomes the credential's name and
+// {id:NAME} the id of fixture NAME (after {cred} is replaced; 0 if none),
+// so that callers who succeed do not collide.
+type scenario struct {
+	route     string // gin's "METHOD /pattern"
+	path      string
+	body      string
+	auth      string
+	ok        int
+	overrides map[string]int
+}
+
+var rank = map[string]int{"viewer": 1, "editor": 2, "admin": 3}
+
+// want is the status cred should get.
+func (s scenario) want(cred string) int {
+	if st, ok := s.overrides[cred]; ok {
+		return st
+	}
+	switch {
+	case s.auth == "open":
+		return s.ok
+	case cred == "garbage" || cred == "expired" || cred == "disabled":
+		return http.StatusUnauthorized
+	case s.auth == "public":
+		return s.ok
+	case cred == "":
+		return http.StatusUnauthorized
+	case s.auth == "node" || cred == "node":
+		if s.auth == cred {
+			return s.ok
+		}
+		return http.StatusForbidden
+	case rank[cred] >= rank[s.auth]:
+		return s.ok
+	}
+	return http.StatusForbidden
+}
+
+var placeholder = regexp.MustCompile(`\{id:([^}]+)\}`)
+
+func (f *fixture) expand(s, cred string) string {
+	s = strings.ReplaceAll(s, "{cred}", cred)
+	return placeholder.ReplaceAllStringFunc(s, func(m string) string {
+		return strconv.FormatInt(f.ids[placeholder.FindStringSubmatch(m)[1]], 10)
+	})
+}
+
+// scenarios covers every route; TestEveryRouteHasScenario keeps it so.
+var scenarios = []scenario{
+	{route: "GET /healthz", path: "/healthz", auth: "open", ok: 200},
+	{route: "GET /readyz", path: "/readyz", auth: "open", ok: 200},
+	{route: "GET /metrics", path: "/metrics", auth: "open", ok: 200},
+	{route: "GET /api/v1/openapi.json", path: "/api/v1/openapi.json", auth: "public", ok: 200},
+	{route: "GET /api/v1/schema", path: "/api/v1/schema", auth: "public", ok: 200},
+	{route: "POST /api/v1/auth/login", path: "/api/v1/auth/login", body: `{"username":"probe","password":"probe-password"}`, auth: "public", ok: 200},
+	{route: "POST /api/v1/auth/logout", path: "/api/v1/auth/logout", auth: "viewer", ok: 204},
+	{route: "GET /api/v1/me", path: "/api/v1/me", auth: "viewer", ok: 200},
+	// Tokens have no password; a signed-in user's change is in TestSessions.
+	{route: "PUT /api/v1/me/password", path: "/api/v1/me/password", body: `{"current_password":"a","new_password":"password2"}`, auth: "viewer", ok: 403},
+	{route: "GET /api/v1/ruleset", path: "/api/v1/ruleset", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/domains", path: "/api/v1/domains", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/domains/:domain", path: "/api/v1/domains/api", auth: "viewer", ok: 200},
+	{route: "PUT /api/v1/domains/:domain", path: "/api/v1/domains/p-{cred}",
+		body: `{"yaml":"domain: p-{cred}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n","message":"m","base_version":0}`,
+		auth: "editor", ok: 200},
+	{route: "DELETE /api/v1/domains/:domain", path: "/api/v1/domains/del-{cred}", body: `{"message":"m","base_version":{id:del-{cred}}}`, auth: "editor", ok: 200},
+	{route: "POST /api/v1/domains/:domain/rollback", path: "/api/v1/domains/api/rollback", body: `{"to_version":1,"message":"m"}`, auth: "editor", ok: 200},
+	{route: "GET /api/v1/versions", path: "/api/v1/versions", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/versions/:n", path: "/api/v1/versions/1", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/versions/:n/diff/:m", path: "/api/v1/versions/1/diff/2", auth: "viewer", ok: 200},
+	{route: "POST /api/v1/versions/:n/rollback", path: "/api/v1/versions/1/rollback", body: `{"message":"m"}`, auth: "editor", ok: 200},
+	{route: "GET /api/v1/changes", path: "/api/v1/changes", auth: "viewer", ok: 200},
+	{route: "POST /api/v1/changes", path: "/api/v1/changes",
+		body: `{"domain":"cr-{cred}","yaml":"domain: cr-{cred}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n","message":"m"}`,
+		auth: "editor", ok: 201},
+	{route: "GET /api/v1/changes/:id", path: "/api/v1/changes/{id:approve-editor}", auth: "viewer", ok: 200},
+	{route: "POST /api/v1/changes/:id/approve", path: "/api/v1/changes/{id:approve-{cred}}/approve", auth: "editor", ok: 200},
+	{route: "POST /api/v1/changes/:id/reject", path: "/api/v1/changes/{id:reject-{cred}}/reject", body: `{"message":"no"}`, auth: "editor", ok: 200},
+	{route: "GET /api/v1/settings", path: "/api/v1/settings", auth: "viewer", ok: 200},
+	{route: "PUT /api/v1/settings", path: "/api/v1/settings", body: `{"require_approval":false}`, auth: "admin", ok: 200},
+	{route: "GET /api/v1/audit", path: "/api/v1/audit", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/audit/verify", path: "/api/v1/audit/verify", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/users", path: "/api/v1/users", auth: "admin", ok: 200},
+	{route: "POST /api/v1/users", path: "/api/v1/users", body: `{"username":"u-{cred}","password":"password1","role":"viewer"}`, auth: "admin", ok: 201},
+	{route: "POST /api/v1/users/:id/disable", path: "/api/v1/users/{id:user:bob}/disable", auth: "admin", ok: 200},
+	{route: "POST /api/v1/users/:id/enable", path: "/api/v1/users/{id:user:carol}/enable", auth: "admin", ok: 200},
+	{route: "PUT /api/v1/users/:id/role", path: "/api/v1/users/{id:user:dave}/role", body: `{"role":"editor"}`, auth: "admin", ok: 200},
+	{route: "PUT /api/v1/users/:id/password", path: "/api/v1/users/{id:user:erin}/password", body: `{"password":"password9"}`, auth: "admin", ok: 200},
+	{route: "GET /api/v1/tokens", path: "/api/v1/tokens", auth: "admin", ok: 200},
+	{route: "POST /api/v1/tokens", path: "/api/v1/tokens", body: `{"name":"t-{cred}","role":"viewer"}`, auth: "admin", ok: 201},
+	{route: "POST /api/v1/tokens/:id/disable", path: "/api/v1/tokens/{id:token:victim1}/disable", auth: "admin", ok: 200},
+	{route: "POST /api/v1/tokens/:id/rotate", path: "/api/v1/tokens/{id:token:victim2}/rotate", auth: "admin", ok: 200},
+	{route: "GET /api/v1/nodes", path: "/api/v1/nodes", auth: "viewer", ok: 200},
+	// A plain GET is not a websocket handshake: the node is let in and told so.
+	{route: "GET /api/v1/nodes/stream", path: "/api/v1/nodes/stream", auth: "node", ok: 426},
+}
+
+// seedScenarios creates what the scenarios act on.
+func (f *fixture) seedScenarios(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	v1, err := f.store.Publish(ctx, store.Change{Domain: "api", YAML: validYAML, Message: "m", Actor: sys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Publish(ctx, store.Change{Domain: "api", YAML: domainYAML("api", 50), BaseVersion: v1, Message: "m", Actor: sys}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cred := range []string{"editor", "admin"} {
+		name := "del-" + cred
+		v, err := f.store.Publish(ctx, store.Change{Domain: name, YAML: domainYAML(name, 1), Message: "m", Actor: sys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ids[name] = v
+	}
+	if _, err := f.store.CreateUser(ctx, "probe", "probe-password", "viewer", sys); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bob", "carol", "dave", "erin", "admin2"} {
+		role := "viewer"
+		if name == "admin2" {
+			role = "admin"
+		}
+		u, err := f.store.CreateUser(ctx, name, "password1", role, sys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ids["user:"+name] = u.ID
+	}
+	if _, err := f.store.SetUserDisabled(ctx, f.ids["user:carol"], true, sys); err != nil {
+		t.Fatal(err)
+	}
+	f.token(t, "victim1", "viewer", nil)
+	f.token(t, "victim2", "viewer", nil)
+	author := store.Actor{Name: "token:author#99", Owner: "user:someone"}
+	for _, who := range []string{"editor", "admin"} {
+		for _, kind := range []string{"approve", "reject"} {
+			name := kind + "-" + who
+			cr, err := f.store.Propose(ctx, store.Change{Domain: name, YAML: domainYAML(name, 1), Message: "m", Actor: author})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.ids[name] = cr.ID
+		}
+	}
+}
+
+// TestRouteAccess probes every route with every credential.
+func TestRouteAccess(t *testing.T) {
+	f := newFixture(t)
+	f.seedScenarios(t)
+	for _, s := range scenarios {
+		method, _, _ := strings.Cut(s.route, " ")
+		for _, cred := range credentials {
+			path, body := f.expand(s.path, cred), f.expand(s.body, cred)
+			status, got := f.call(t, method, path, cred, body)
+			if want := s.want(cred); status != want {
+				t.Errorf("%s %s as %q = %d %s; want %d", method, path, cred, status, truncate(got), want)
+			}
+			if status >= 400 && !strings.Contains(got, `"error":{`) && s.ok != 426 {
+				t.Errorf("%s %s as %q: error body %s lacks the error envelope", method, path, cred, truncate(got))
+			}
+		}
+	}
+	if status, body := f.call(t, "GET", "/api/v1/audit/verify", "viewer", ""); !strings.Contains(body, `"ok":true`) {
+		t.Errorf("audit chain after the probes: %d %s", status, body)
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "..."
+	}
+	return s
+}
+
+// TestEveryRouteHasScenario fails when a route is added without a scenario
+// in TestRouteAccess, or a scenario names a route that does not exist.
+func TestEveryRouteHasScenario(t *testing.T) {
+	f := newFixture(t)
+	have := map[string]bool{}
+	for _, s := range scenarios {
+		if have[s.route] {
+			t.Errorf("two scenarios for %s", s.route)
+		}
+		have[s.route] = true
+	}
+	routes := map[string]bool{}
+	for _, r := range f.api.Routes() {
+		routes[r] = true
+		if !have[r] {
+			t.Errorf("route %s has no scenario in TestRouteAccess", r)
+		}
+	}
+	for r := range have {
+		if !routes[r] {
+			t.Errorf("scenario for %s, which is not a route", r)
+		}
+	}
+}
+
+// TestOpenAPIMatchesRoutes fails when a route is missing from the OpenAPI
+// document or the document lists one that does not exist.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	f := newFixture(t)
+	var doc struct {
+		OpenAPI string                                `json:"openapi"`
+		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	f.decodeJSON(t, "GET", "/api/v1/openapi.json", "", "", 200, &doc)
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("openapi = %q, want 3.x", doc.OpenAPI)
+	}
+	param := regexp.MustCompile(`:(\w+)`)
+	documented := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			if method == "parameters" {
+				continue
+			}
+			documented[strings.ToUpper(method)+" "+path] = true
+			var o struct {
+				Responses map[string]json.RawMessage `json:"responses"`
+			}
+			if err := json.Unmarshal(op, &o); err != nil || len(o.Responses) == 0 {
+				t.Errorf("%s %s documents no responses", method, path)
+			}
+		}
+	}
+	routes := map[string]bool{}
+	for _, r := range f.api.Routes() {
+		r = param.ReplaceAllString(r, "{$1}")
+		routes[r] = true
+		if !documented[r] {
+			t.Errorf("route %s is missing from openapi.yaml", r)
+		}
+	}
+	var extra []string
+	for r := range documented {
+		if !routes[r] {
+			extra = append(extra, r)
+		}
+	}
+	sort.Strings(extra)
+	for _, r := range extra {
+		t.Errorf("openapi.yaml documents %s, which is not a route", r)
+	}
+}
+
+// TestOpenAPIRefsResolve checks that every $ref in the document points at
+// a component that exists.
+func TestOpenAPIRefsResolve(t *testing.T) {
+	f := newFixture(t)
+	_, body := f.call(t, "GET", "/api/v1/openapi.json", "", "")
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch t2 := v.(type) {
+		case map[string]any:
+			for k, c := range t2 {
+				if k == "$ref" {
+					ref, _ := c.(string)
+					var node any = doc
+					for _, part := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
+						m, _ := node.(map[string]any)
+						node = m[part]
+					}
+					if node == nil {
+						t.Errorf("$ref %q does not resolve", ref)
+					}
+				}
+				walk(c)
+			}
+		case []any:
+			for _, c := range t2 {
+				walk(c)
+			}
+		}
+	}
+	walk(doc)
 }

@@ -2,13 +2,18 @@ package api
 
 import (
 	"crypto/subtle"
+	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // Cookie and header names.
@@ -17,10 +22,19 @@ const (
 	csrfHeader    = "X-CSRF-Token"
 )
 
+// Sign-in throttling: attempts per client address and per username, each a
+// token bucket. Both are charged on every attempt, successful or not.
+const (
+	loginPerIP   = 20 // per minute, also the burst
+	loginPerUser = 10 // per minute, also the burst
+)
+
 // principal is who a request acts as.
 type principal struct {
 	name     string // audit actor: "user:alice" or "token:deploy#3"
+	owner    string // the person who answers for it: the user, or the token's creator
 	username string // for users
+	userID   int64  // for users
 	role     string
 	cookie   bool   // authenticated by session cookie (needs CSRF on writes)
 	csrf     string // the session's CSRF token
@@ -32,6 +46,8 @@ var roleRank = map[string]int{store.RoleViewer: 1, store.RoleEditor: 2, store.Ro
 // authenticate resolves the caller from a Bearer token or a session cookie.
 // A request with neither continues anonymously; one with a bad credential
 // is refused here, so a typo never silently downgrades to anonymous.
+// Tokens and sessions are looked up on every request, so a disabled user
+// or token, or an expired one, stops working at once.
 func (a *API) authenticate(c *gin.Context) {
 	if h := c.GetHeader("Authorization"); h != "" {
 		secret, ok := strings.CutPrefix(h, "Bearer ")
@@ -44,24 +60,28 @@ func (a *API) authenticate(c *gin.Context) {
 			a.fail(c, unauthorized(err))
 			return
 		}
-		c.Set("principal", &principal{name: "token:" + tok.Name + "#" + itoa(tok.ID), role: tok.Role})
+		c.Set("principal", &principal{name: "token:" + tok.Name + "#" + itoa(tok.ID), owner: tok.CreatedBy, role: tok.Role})
 		c.Next()
 		return
 	}
 	if secret, err := c.Cookie(sessionCookie); err == nil && secret != "" {
 		sess, err := a.store.FindSession(c, secret)
-		if err == nil {
-			c.Set("principal", &principal{name: "user:" + sess.User.Username, username: sess.User.Username,
+		switch {
+		case err == nil:
+			name := "user:" + sess.User.Username
+			c.Set("principal", &principal{name: name, owner: name, username: sess.User.Username, userID: sess.User.ID,
 				role: sess.User.Role, cookie: true, csrf: sess.CSRFToken, secret: secret})
+		case !isNotFound(err):
+			a.fail(c, err)
+			return
 		}
 	}
 	c.Next()
 }
 
 func unauthorized(err error) error {
-	var nf = httpError(http.StatusUnauthorized, "unauthorized", "invalid, expired or disabled credentials")
 	if isNotFound(err) {
-		return nf
+		return httpError(http.StatusUnauthorized, "unauthorized", "invalid, expired or disabled credentials")
 	}
 	return err
 }
@@ -108,11 +128,41 @@ func caller(c *gin.Context) *principal {
 func (a *API) actor(c *gin.Context) store.Actor {
 	act := store.Actor{IP: c.ClientIP(), UserAgent: truncate(c.Request.UserAgent(), 512), RequestID: c.GetString("request_id")}
 	if p := caller(c); p != nil {
-		act.Name = p.name
+		act.Name, act.Owner = p.name, p.owner
 	} else {
 		act.Name = "anonymous"
 	}
 	return act
+}
+
+// allowAttempt charges one sign-in attempt to the client address and to the
+// username. When either is exhausted it answers 429 with Retry-After and
+// returns false; the message names neither, nor whether the user exists.
+func (a *API) allowAttempt(c *gin.Context, username string) bool {
+	reqs := []limiter.Request{
+		{Key: "login:ip:" + c.ClientIP(), Algorithm: rules.TokenBucket, Limit: loginPerIP, Period: time.Minute, Hits: 1},
+		{Key: "login:user:" + strings.ToLower(username), Algorithm: rules.TokenBucket, Limit: loginPerUser, Period: time.Minute, Hits: 1},
+	}
+	ds, err := a.throttle.Take(c, reqs)
+	if err != nil {
+		a.fail(c, err)
+		return false
+	}
+	var wait time.Duration
+	for _, d := range ds {
+		if !d.Allowed {
+			wait = max(wait, d.RetryAfter)
+		}
+	}
+	if wait == 0 {
+		return true
+	}
+	secs := int(math.Ceil(wait.Seconds()))
+	a.log.WarnContext(c, "sign-in throttled", "ip", c.ClientIP(), "request_id", c.GetString("request_id"))
+	c.Header("Retry-After", strconv.Itoa(secs))
+	a.fail(c, httpError(http.StatusTooManyRequests, "too_many_attempts",
+		"too many sign-in attempts; try again in "+strconv.Itoa(secs)+" s"))
+	return false
 }
 
 type loginRequest struct {
@@ -122,25 +172,27 @@ type loginRequest struct {
 
 func (a *API) login(c *gin.Context) {
 	var req loginRequest
-	if err := decode(c, &req); err != nil {
+	if err := decodeLimit(c, &req, maxLoginBytes, false); err != nil {
 		a.fail(c, err)
 		return
 	}
-	if req.Username == "" || req.Password == "" || len(req.Username) > 128 || len(req.Password) > 1024 {
-		a.fail(c, httpError(http.StatusBadRequest, "bad_request", "username and password are required"))
+	if req.Username == "" || req.Password == "" || len(req.Username) > 128 {
+		a.fail(c, badRequest("username and password are required"))
+		return
+	}
+	if !a.allowAttempt(c, req.Username) {
 		return
 	}
 	user, err := a.store.Authenticate(c, req.Username, req.Password)
-	if err != nil {
-		if err == store.ErrBadCredentials {
-			act := a.actor(c)
-			if rerr := a.store.RecordLogin(c, "auth.login_failed", truncate(req.Username, 128), act); rerr != nil {
-				a.fail(c, rerr)
-				return
-			}
-			a.fail(c, httpError(http.StatusUnauthorized, "unauthorized", "invalid username or password"))
+	if errors.Is(err, store.ErrBadCredentials) {
+		if rerr := a.store.RecordLogin(c, "auth.login_failed", req.Username, a.actor(c)); rerr != nil {
+			a.fail(c, rerr)
 			return
 		}
+		a.fail(c, httpError(http.StatusUnauthorized, "unauthorized", "invalid username or password"))
+		return
+	}
+	if err != nil {
 		a.fail(c, err)
 		return
 	}
@@ -176,6 +228,7 @@ func (a *API) me(c *gin.Context) {
 	body := gin.H{"name": p.name, "role": p.role}
 	if p.username != "" {
 		body["username"] = p.username
+		body["id"] = p.userID
 	}
 	if p.cookie {
 		body["csrf_token"] = p.csrf
@@ -183,44 +236,39 @@ func (a *API) me(c *gin.Context) {
 	c.JSON(http.StatusOK, body)
 }
 
-type tokenRequest struct {
-	Name      string `json:"name"`
-	Role      string `json:"role"`
-	ExpiresIn string `json:"expires_in"` // Go duration, e.g. "720h"; empty = never
+type passwordChangeRequest struct {
+	CurrentPassword string `json:"current_password"`
+	NewPassword     string `json:"new_password"`
 }
 
-func (a *API) createToken(c *gin.Context) {
-	var req tokenRequest
-	if err := decode(c, &req); err != nil {
+// changePassword lets a signed-in user change their own password. Their
+// other sessions end; this one stays.
+func (a *API) changePassword(c *gin.Context) {
+	p := caller(c)
+	if p.userID == 0 {
+		a.fail(c, httpError(http.StatusForbidden, "forbidden", "only a signed-in user has a password to change"))
+		return
+	}
+	var req passwordChangeRequest
+	if err := decodeLimit(c, &req, maxLoginBytes, false); err != nil {
 		a.fail(c, err)
 		return
 	}
-	req.Name = strings.TrimSpace(req.Name)
-	if req.Name == "" || len(req.Name) > 128 {
-		a.fail(c, httpError(http.StatusBadRequest, "bad_request", "name is required (at most 128 characters)"))
+	if err := checkPassword(req.NewPassword); err != nil {
+		a.fail(c, err)
 		return
 	}
-	switch req.Role {
-	case store.RoleViewer, store.RoleEditor, store.RoleAdmin, store.RoleNode:
-	default:
-		a.fail(c, httpError(http.StatusBadRequest, "bad_request", "role must be one of viewer, editor, admin, node"))
+	if !a.allowAttempt(c, p.username) {
 		return
 	}
-	var expires *time.Time
-	if req.ExpiresIn != "" {
-		d, err := time.ParseDuration(req.ExpiresIn)
-		if err != nil || d <= 0 {
-			a.fail(c, httpError(http.StatusBadRequest, "bad_request", "expires_in must be a positive duration such as \"720h\""))
-			return
-		}
-		t := time.Now().Add(d).UTC()
-		expires = &t
+	err := a.store.ChangePassword(c, p.userID, req.CurrentPassword, req.NewPassword, p.secret, a.actor(c))
+	if errors.Is(err, store.ErrBadCredentials) {
+		a.fail(c, httpError(http.StatusForbidden, "wrong_password", "the current password is wrong"))
+		return
 	}
-	tok, secret, err := a.store.CreateToken(c, req.Name, req.Role, expires, a.actor(c))
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, gin.H{"id": tok.ID, "token": secret, "name": tok.Name, "role": tok.Role,
-		"last4": tok.Last4, "expires_at": tok.ExpiresAt})
+	c.Status(http.StatusNoContent)
 }

@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -19,7 +18,7 @@ var domainName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 func domainParam(c *gin.Context) (string, error) {
 	d := c.Param("domain")
 	if !domainName.MatchString(d) {
-		return "", httpError(http.StatusBadRequest, "bad_request", "domain names use letters, digits, '_', '.', '-' (at most 128)")
+		return "", badRequest("domain names use letters, digits, '_', '.', '-' (at most 128)")
 	}
 	return d, nil
 }
@@ -31,6 +30,34 @@ func (a *API) getRuleset(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, snap)
+}
+
+// domainSummary is a domain in the list: when and by whom it last changed,
+// and how many limits it has.
+type domainSummary struct {
+	Name      string `json:"name"`
+	Version   int64  `json:"version"`
+	ChangedAt string `json:"changed_at"`
+	Author    string `json:"author"`
+	Message   string `json:"message"`
+	Limits    int    `json:"limits"`
+}
+
+func (a *API) listDomains(c *gin.Context) {
+	snap, err := a.store.FindSnapshot(c, 0)
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	out := make([]domainSummary, len(snap.Domains))
+	for i, d := range snap.Domains {
+		out[i] = domainSummary{Name: d.Name, Version: d.Version, ChangedAt: d.ChangedAt.Format(timeFormat),
+			Author: d.Author, Message: d.Message}
+		if dom, err := rules.Parse(d.Name+".yaml", []byte(d.YAML)); err == nil {
+			out[i].Limits = len(limitsOf(dom))
+		}
+	}
+	c.JSON(http.StatusOK, gin.H{"version": snap.Version, "domains": out})
 }
 
 func (a *API) getDomain(c *gin.Context) {
@@ -49,27 +76,44 @@ func (a *API) getDomain(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"name": d.Name, "yaml": d.YAML, "version": d.Version, "current_version": current})
+	body := gin.H{"name": d.Name, "yaml": d.YAML, "version": d.Version, "current_version": current,
+		"changed_at": d.ChangedAt, "author": d.Author, "message": d.Message}
+	dom, err := rules.Parse(name+".yaml", []byte(d.YAML))
+	var ve *rules.ValidationError
+	switch {
+	case err == nil:
+		body["config"], body["limits"] = domainConfig(dom), limitsOf(dom)
+	case errors.As(err, &ve):
+		// Stored rules were valid when published; a stricter parser since
+		// then is the only way here. Show the YAML and say what is wrong.
+		body["config"], body["limits"], body["problems"] = nil, []limitJSON{}, ve.Details()
+	default:
+		a.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, body)
 }
 
 type publishRequest struct {
-	YAML        string `json:"yaml"`
-	Message     string `json:"message"`
-	BaseVersion int64  `json:"base_version"`
+	YAML             string `json:"yaml"`
+	Message          string `json:"message"`
+	BaseVersion      int64  `json:"base_version"`
+	BreakGlassReason string `json:"break_glass_reason"`
 }
 
 func checkMessage(m string) (string, error) {
 	m = strings.TrimSpace(m)
 	if m == "" {
-		return "", httpError(http.StatusBadRequest, "bad_request", "a change message is required")
+		return "", badRequest("a change message is required")
 	}
 	if len(m) > 4096 {
-		return "", httpError(http.StatusBadRequest, "bad_request", "the change message is over 4096 bytes")
+		return "", badRequest("the change message is over 4096 bytes")
 	}
 	return m, nil
 }
 
-// putDomain validates a domain's YAML and publishes it as a new version.
+// putDomain validates a domain's YAML and publishes it as a new version, or
+// proposes it when approval is required.
 func (a *API) putDomain(c *gin.Context) {
 	name, err := domainParam(c)
 	if err != nil {
@@ -90,13 +134,8 @@ func (a *API) putDomain(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	v, err := a.store.Publish(c, store.Change{Domain: name, YAML: req.YAML, BaseVersion: req.BaseVersion, Message: msg, Actor: a.actor(c)})
-	if err != nil {
-		a.fail(c, err)
-		return
-	}
-	a.notify(c)
-	c.JSON(http.StatusOK, gin.H{"version": v})
+	a.submit(c, store.Change{Kind: store.KindPublish, Domain: name, YAML: req.YAML, BaseVersion: req.BaseVersion,
+		Message: msg, BreakGlass: req.BreakGlassReason})
 }
 
 // validateDomain parses and compiles a domain; its name must match the URL.
@@ -116,8 +155,9 @@ func validateDomain(name, src string) error {
 }
 
 type deleteRequest struct {
-	Message     string `json:"message"`
-	BaseVersion int64  `json:"base_version"`
+	Message          string `json:"message"`
+	BaseVersion      int64  `json:"base_version"`
+	BreakGlassReason string `json:"break_glass_reason"`
 }
 
 func (a *API) deleteDomain(c *gin.Context) {
@@ -136,13 +176,77 @@ func (a *API) deleteDomain(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	v, err := a.store.Publish(c, store.Change{Domain: name, Delete: true, BaseVersion: req.BaseVersion, Message: msg, Actor: a.actor(c)})
+	a.submit(c, store.Change{Kind: store.KindDelete, Domain: name, BaseVersion: req.BaseVersion, Message: msg,
+		BreakGlass: req.BreakGlassReason})
+}
+
+type domainRollbackRequest struct {
+	ToVersion        int64  `json:"to_version"`
+	Message          string `json:"message"`
+	BaseVersion      int64  `json:"base_version"`
+	BreakGlassReason string `json:"break_glass_reason"`
+}
+
+// rollbackDomain publishes a version in which one domain is as it was at
+// to_version (absent if it did not exist then).
+func (a *API) rollbackDomain(c *gin.Context) {
+	name, err := domainParam(c)
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	var req domainRollbackRequest
+	if err := decode(c, &req); err != nil {
+		a.fail(c, err)
+		return
+	}
+	if req.ToVersion <= 0 {
+		a.fail(c, badRequest("to_version must be a positive integer"))
+		return
+	}
+	msg, err := checkMessage(req.Message)
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	a.submit(c, store.Change{Kind: store.KindDomainRollback, Domain: name, RollbackTo: req.ToVersion,
+		BaseVersion: req.BaseVersion, Message: msg, BreakGlass: req.BreakGlassReason})
+}
+
+// submit publishes ch and answers 200 {"version"} (plus "rollback_of" for
+// rollbacks). When approval is required it proposes ch instead and answers
+// 202 {"change"}. Only admins may break glass.
+func (a *API) submit(c *gin.Context, ch store.Change) {
+	ch.BreakGlass = strings.TrimSpace(ch.BreakGlass)
+	if ch.BreakGlass != "" && caller(c).role != store.RoleAdmin {
+		a.fail(c, httpError(http.StatusForbidden, "forbidden", "only admins may break glass"))
+		return
+	}
+	if len(ch.BreakGlass) > 4096 {
+		a.fail(c, badRequest("break_glass_reason is over 4096 bytes"))
+		return
+	}
+	ch.Actor = a.actor(c)
+	v, err := a.store.Publish(c, ch)
+	if errors.Is(err, store.ErrApprovalRequired) {
+		cr, err := a.store.Propose(c, ch)
+		if err != nil {
+			a.fail(c, err)
+			return
+		}
+		c.JSON(http.StatusAccepted, gin.H{"change": cr})
+		return
+	}
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
 	a.notify(c)
-	c.JSON(http.StatusOK, gin.H{"version": v})
+	body := gin.H{"version": v}
+	if ch.Kind == store.KindRollback || ch.Kind == store.KindDomainRollback {
+		body["rollback_of"] = ch.RollbackTo
+	}
+	c.JSON(http.StatusOK, body)
 }
 
 // notify pushes the new version to this console's nodes. The publish has
@@ -155,22 +259,26 @@ func (a *API) notify(c *gin.Context) {
 }
 
 func (a *API) listVersions(c *gin.Context) {
-	before, err := queryInt(c, "before")
+	cursor, limit, err := page(c)
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
-	limit, err := queryInt(c, "limit")
+	f := store.VersionFilter{Domain: c.Query("domain"), Author: c.Query("author"), Before: cursor, Limit: limit}
+	if f.Since, err = queryTime(c, "since"); err != nil {
+		a.fail(c, err)
+		return
+	}
+	if f.Until, err = queryTime(c, "until"); err != nil {
+		a.fail(c, err)
+		return
+	}
+	vs, next, err := a.store.ListVersions(c, f)
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
-	vs, err := a.store.ListVersions(c, store.VersionFilter{Before: before, Limit: int(limit)})
-	if err != nil {
-		a.fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"versions": a.withApplied(c, vs...)})
+	c.JSON(http.StatusOK, gin.H{"versions": a.withApplied(c, vs...), "next_cursor": nextCursor(next)})
 }
 
 func (a *API) getVersion(c *gin.Context) {
@@ -193,9 +301,12 @@ func (a *API) getVersion(c *gin.Context) {
 }
 
 type rollbackRequest struct {
-	Message string `json:"message"`
+	Message          string `json:"message"`
+	BaseVersion      int64  `json:"base_version"`
+	BreakGlassReason string `json:"break_glass_reason"`
 }
 
+// rollback publishes a new version whose content is version n's.
 func (a *API) rollback(c *gin.Context) {
 	n, err := pathInt(c, "n")
 	if err != nil {
@@ -212,43 +323,31 @@ func (a *API) rollback(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	v, err := a.store.Rollback(c, n, msg, a.actor(c))
-	if err != nil {
-		a.fail(c, err)
-		return
-	}
-	a.notify(c)
-	c.JSON(http.StatusOK, gin.H{"version": v, "rollback_of": n})
+	a.submit(c, store.Change{Kind: store.KindRollback, RollbackTo: n, BaseVersion: req.BaseVersion, Message: msg,
+		BreakGlass: req.BreakGlassReason})
 }
 
 func (a *API) listAudit(c *gin.Context) {
-	before, err := queryInt(c, "before")
+	f, err := auditFilter(c)
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
-	limit, err := queryInt(c, "limit")
+	switch format := c.DefaultQuery("format", "json"); format {
+	case "csv":
+		a.exportAudit(c, f)
+		return
+	case "json":
+	default:
+		a.fail(c, badRequest("format must be json or csv"))
+		return
+	}
+	events, next, err := a.store.ListAudit(c, f)
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
-	f := store.AuditFilter{Actor: c.Query("actor"), Action: c.Query("action"), Target: c.Query("target"), Before: before, Limit: int(limit)}
-	for name, dst := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
-		if s := c.Query(name); s != "" {
-			t, err := time.Parse(time.RFC3339, s)
-			if err != nil {
-				a.fail(c, httpError(http.StatusBadRequest, "bad_request", "query parameter "+name+" must be an RFC 3339 time"))
-				return
-			}
-			*dst = t
-		}
-	}
-	events, err := a.store.ListAudit(c, f)
-	if err != nil {
-		a.fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"events": events})
+	c.JSON(http.StatusOK, gin.H{"events": events, "next_cursor": nextCursor(next)})
 }
 
 func (a *API) verifyAudit(c *gin.Context) {

@@ -32,10 +32,21 @@ type AuditEvent struct {
 // Actor says who makes a change and from where; every write carries one so
 // that its audit row can be written in the same transaction.
 type Actor struct {
-	Name      string // "user:alice" or "token:ci-deploy"
+	Name string // "user:alice" or "token:ci-deploy#3"
+	// Owner is the person who answers for the actor: the user itself, or
+	// whoever created the token. Empty means Name. Four-eyes compares owners,
+	// so nobody approves their own change through a token of theirs.
+	Owner     string
 	IP        string
 	UserAgent string
 	RequestID string
+}
+
+func (a Actor) owner() string {
+	if a.Owner != "" {
+		return a.Owner
+	}
+	return a.Name
 }
 
 type auditRow struct {
@@ -194,19 +205,21 @@ func (r auditRow) event() (AuditEvent, error) {
 	return ev, nil
 }
 
-// AuditFilter narrows ListAudit.
+// AuditFilter narrows ListAudit. Zero fields do not filter.
 type AuditFilter struct {
-	Actor  string
-	Action string
-	Target string
+	Actor  string // exact actor, like "user:alice"
+	Action string // exact action, like "domain.publish"
+	Target string // exact target, like "domain:api"
+	Domain string // events about this domain (target "domain:NAME")
 	Since  time.Time
 	Until  time.Time
-	Before int64 // only events with ID < Before (pagination); 0 = newest
-	Limit  int
+	Before int64 // cursor: only events with ID < Before
+	Limit  int   // page size, 1..1000 (default 100)
 }
 
-// ListAudit returns audit events, newest first.
-func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
+// ListAudit returns a page of audit events, newest first, and the cursor of
+// the next page (0 when this is the last).
+func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, int64, error) {
 	q := s.db.WithContext(ctx).Model(&auditRow{}).Order("id DESC")
 	if f.Actor != "" {
 		q = q.Where("actor = ?", f.Actor)
@@ -217,6 +230,9 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, err
 	if f.Target != "" {
 		q = q.Where("target = ?", f.Target)
 	}
+	if f.Domain != "" {
+		q = q.Where("target = ?", "domain:"+f.Domain)
+	}
 	if !f.Since.IsZero() {
 		q = q.Where("at >= ?", f.Since)
 	}
@@ -226,22 +242,25 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, err
 	if f.Before > 0 {
 		q = q.Where("id < ?", f.Before)
 	}
-	if f.Limit <= 0 || f.Limit > 1000 {
-		f.Limit = 100
-	}
+	limit := pageSize(f.Limit)
 	var rows []auditRow
-	if err := q.Limit(f.Limit).Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("list audit events: %w", err)
+	if err := q.Limit(limit + 1).Find(&rows).Error; err != nil {
+		return nil, 0, fmt.Errorf("list audit events: %w", err)
+	}
+	var next int64
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = rows[limit-1].ID
 	}
 	out := make([]AuditEvent, 0, len(rows))
 	for _, r := range rows {
 		ev, err := r.event()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		out = append(out, ev)
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // AuditVerification is the result of checking the audit hash chain.

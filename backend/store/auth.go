@@ -28,61 +28,6 @@ const (
 // saying which.
 var ErrBadCredentials = errors.New("invalid username or password")
 
-// User is a console account.
-type User struct {
-	ID        int64     `json:"id"`
-	Username  string    `json:"username"`
-	Role      string    `json:"role"`
-	Disabled  bool      `json:"disabled"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-type userRow struct {
-	ID           int64 `gorm:"primaryKey"`
-	Username     string
-	PasswordHash string
-	Role         string
-	Disabled     bool
-	CreatedAt    time.Time
-}
-
-func (userRow) TableName() string { return "users" }
-
-func (r userRow) user() User {
-	return User{ID: r.ID, Username: r.Username, Role: r.Role, Disabled: r.Disabled, CreatedAt: r.CreatedAt}
-}
-
-// CountUsers returns how many users exist.
-func (s *Store) CountUsers(ctx context.Context) (int64, error) {
-	var n int64
-	if err := s.db.WithContext(ctx).Model(&userRow{}).Count(&n).Error; err != nil {
-		return 0, fmt.Errorf("count users: %w", err)
-	}
-	return n, nil
-}
-
-// CreateUser adds a user with a bcrypt-hashed password.
-func (s *Store) CreateUser(ctx context.Context, username, password, role string, actor Actor) (User, error) {
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
-	if err != nil {
-		return User{}, fmt.Errorf("hash password: %w", err)
-	}
-	row := userRow{Username: username, PasswordHash: string(hash), Role: role, CreatedAt: time.Now().UTC()}
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Create(&row).Error; err != nil {
-			if errors.Is(err, gorm.ErrDuplicatedKey) {
-				return fmt.Errorf("user %q exists: %w", username, rules.ErrConflict)
-			}
-			return err
-		}
-		return appendAudit(tx, actor, "user.create", "user:"+username, "", nil, map[string]any{"username": username, "role": role})
-	})
-	if err != nil {
-		return User{}, fmt.Errorf("create user: %w", err)
-	}
-	return row.user(), nil
-}
-
 // Authenticate checks a username and password. Every failure, including an
 // unknown user, costs one bcrypt comparison and returns ErrBadCredentials.
 func (s *Store) Authenticate(ctx context.Context, username, password string) (User, error) {
@@ -144,6 +89,11 @@ func (s *Store) CreateSession(ctx context.Context, u User, actor Actor) (secret,
 	now := time.Now().UTC()
 	row := sessionRow{IDHash: hashToken(secret), UserID: u.ID, CSRFToken: csrf, CreatedAt: now, LastSeen: now, ExpiresAt: now.Add(SessionAbsolute)}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// Sweep expired sessions here, where sessions are created, so the
+		// table stays as small as the number of people signed in.
+		if err := tx.Where("expires_at < ? OR last_seen < ?", now, now.Add(-SessionIdle)).Delete(&sessionRow{}).Error; err != nil {
+			return fmt.Errorf("sweep expired sessions: %w", err)
+		}
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
@@ -188,69 +138,6 @@ func (s *Store) DeleteSession(ctx context.Context, secret, username string, acto
 		}
 		return appendAudit(tx, actor, "auth.logout", "user:"+username, "", nil, nil)
 	})
-}
-
-// Token is an API token's public description; the secret is never stored.
-type Token struct {
-	ID        int64      `json:"id"`
-	Name      string     `json:"name"`
-	Role      string     `json:"role"`
-	Last4     string     `json:"last4"`
-	CreatedBy string     `json:"created_by"`
-	CreatedAt time.Time  `json:"created_at"`
-	ExpiresAt *time.Time `json:"expires_at"`
-	Disabled  bool       `json:"disabled"`
-}
-
-type tokenRow struct {
-	ID        int64 `gorm:"primaryKey"`
-	Name      string
-	Role      string
-	Hash      string
-	Last4     string `gorm:"column:last4"`
-	CreatedBy string
-	CreatedAt time.Time
-	ExpiresAt *time.Time
-	Disabled  bool
-}
-
-func (tokenRow) TableName() string { return "api_tokens" }
-
-func (r tokenRow) token() Token {
-	return Token{ID: r.ID, Name: r.Name, Role: r.Role, Last4: r.Last4, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Disabled: r.Disabled}
-}
-
-// TokenPrefix starts every API token so that leaked tokens are recognizable.
-const TokenPrefix = "slc_"
-
-// CreateToken makes a token of 256 random bits and returns it with its secret,
-// which is shown once and stored only as a SHA-256 hash.
-func (s *Store) CreateToken(ctx context.Context, name, role string, expiresAt *time.Time, actor Actor) (Token, string, error) {
-	secret := TokenPrefix + randomToken()
-	row := tokenRow{Name: name, Role: role, Hash: hashToken(secret), Last4: secret[len(secret)-4:], CreatedBy: actor.Name, CreatedAt: time.Now().UTC(), ExpiresAt: expiresAt}
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Create(&row).Error; err != nil {
-			return err
-		}
-		return appendAudit(tx, actor, "token.create", fmt.Sprintf("token:%d", row.ID), "", nil, map[string]any{"name": name, "role": role, "last4": row.Last4})
-	})
-	if err != nil {
-		return Token{}, "", fmt.Errorf("create token: %w", err)
-	}
-	return row.token(), secret, nil
-}
-
-// FindToken returns the live token for a secret. Disabled and expired tokens
-// are not found.
-func (s *Store) FindToken(ctx context.Context, secret string) (Token, error) {
-	var row tokenRow
-	if err := s.db.WithContext(ctx).Where("hash = ?", hashToken(secret)).Take(&row).Error; err != nil {
-		return Token{}, notFound(err, "token")
-	}
-	if row.Disabled || (row.ExpiresAt != nil && time.Now().After(*row.ExpiresAt)) {
-		return Token{}, fmt.Errorf("token disabled or expired: %w", rules.ErrNotFound)
-	}
-	return row.token(), nil
 }
 
 func randomToken() string {

@@ -67,7 +67,7 @@ func TestConcurrentPublish(t *testing.T) {
 	for err := range errc {
 		t.Fatal(err)
 	}
-	vs, err := st.ListVersions(ctx, store.VersionFilter{Limit: 1000})
+	vs, _, err := st.ListVersions(ctx, store.VersionFilter{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestRollbackRestoresContent(t *testing.T) {
 	if _, err := st.Publish(ctx, store.Change{Domain: "a", YAML: domainYAML("a", 2), BaseVersion: v2, Message: "m", Actor: a}); err != nil {
 		t.Fatal(err)
 	}
-	v4, err := st.Rollback(ctx, v1, "undo", a)
+	v4, err := st.Publish(ctx, store.Change{Kind: store.KindRollback, RollbackTo: v1, Message: "undo", Actor: a})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/enforcer"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/migrations"
-	"github.com/sluicehq/sluice/rules"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"
@@ -29,18 +28,25 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	fs.string(&cfg.DatabaseURL, "database-url", "DATABASE_URL", defaultDatabaseURL, "Postgres URL")
 	fs.string(&cfg.AdminPassword, "admin-password", "SLUICE_ADMIN_PASSWORD", "", "password of user admin, created on a first start with no users")
 	fs.bool(&cfg.SecureCookies, "secure-cookies", "SLUICE_SECURE_COOKIES", false, "mark session cookies Secure (serving behind TLS)")
+	var proxies string
+	fs.string(&proxies, "trusted-proxies", "SLUICE_TRUSTED_PROXIES", "", "comma-separated IPs or CIDRs of reverse proxies whose X-Forwarded-For is believed")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
 	if err := fs.parse(args); err != nil {
 		return err
+	}
+	if proxies != "" {
+		for _, p := range strings.Split(proxies, ",") {
+			cfg.TrustedProxies = append(cfg.TrustedProxies, strings.TrimSpace(p))
+		}
 	}
 	if printConfig {
 		pw := ""
 		if cfg.AdminPassword != "" {
 			pw = "xxxxx"
 		}
-		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\nlog_level=%s\n",
-			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, logLevel)
+		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nlog_level=%s\n",
+			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, logLevel)
 		return nil
 	}
 	log, err := newLogger(logLevel, stderr)
@@ -132,47 +138,6 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	fmt.Fprintln(stdout, "database migrated")
-	return nil
-}
-
-func runRules(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stderr, "usage: sluice rules check FILE...")
-		return exitError{2}
-	}
-	files := args[1:]
-	if len(files) == 0 {
-		fmt.Fprintln(stderr, "usage: sluice rules check FILE...")
-		return exitError{2}
-	}
-	failed := false
-	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", f, err)
-			failed = true
-			continue
-		}
-		d, err := rules.Parse(f, src)
-		if err == nil {
-			_, err = rules.Compile([]*rules.Domain{d})
-		}
-		if err != nil {
-			failed = true
-			if ve, ok := err.(*rules.ValidationError); ok {
-				for _, p := range ve.Details() {
-					fmt.Fprintln(stdout, p.String())
-				}
-			} else {
-				fmt.Fprintf(stderr, "%s: %v\n", f, err)
-			}
-			continue
-		}
-		fmt.Fprintf(stdout, "%s: ok (domain %s)\n", f, d.Name)
-	}
-	if failed {
-		return exitError{1}
-	}
 	return nil
 }
 

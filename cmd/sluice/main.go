@@ -39,7 +39,7 @@ Commands:
   enforcer       run an enforcer node
   dev            run a console and an enforcer on this machine with demo rules
   migrate        apply database migrations
-  rules check    validate rule files: sluice rules check FILE...
+  rules          check, format and compare rule files (sluice rules -h)
   version        print the version
 
 Run "sluice <command> -h" for a command's flags. Every flag also reads an
@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "migrate":
 		return runMigrate(ctx, args[1:], getenv, stdout, stderr)
 	case "rules":
-		return runRules(args[1:], stdout, stderr)
+		return runRules(args[1:], getenv, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "sluice %s\n", buildVersion())
 		return nil

@@ -3,44 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
-
-func TestRulesCheck(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good.yaml")
-	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(good, []byte("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"), 0o600)
-	os.WriteFile(bad, []byte("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n"), 0o600)
-	cases := []struct {
-		name     string
-		files    []string
-		code     int
-		contains string
-	}{
-		{"valid", []string{good}, 0, "ok"},
-		{"invalid", []string{good, bad}, 1, bad + ":4:"},
-		{"missing file", []string{filepath.Join(dir, "nope.yaml")}, 1, ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			err := run(context.Background(), append([]string{"rules", "check"}, c.files...), func(string) string { return "" }, &out, &errOut)
-			code := 0
-			if ee, ok := err.(exitError); ok {
-				code = ee.code
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != c.code || !strings.Contains(out.String(), c.contains) {
-				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d with %q", code, out.String(), errOut.String(), c.code, c.contains)
-			}
-		})
-	}
-}
 
 func TestUsage(t *testing.T) {
 	var out, errOut bytes.Buffer

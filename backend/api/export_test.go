@@ -1,0 +1,20 @@
+package api
+
+import (
+	"sort"
+	"time"
+)
+
+// Routes lists every registered route as "METHOD /path/:param", sorted.
+func (a *API) Routes() []string {
+	var out []string
+	for _, r := range a.engine.Routes() {
+		out = append(out, r.Method+" "+r.Path)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// NewTestThrottle returns the in-process sign-in throttle on a clock the
+// test controls.
+func NewTestThrottle(now func() time.Time) Throttle { return newBuckets(now) }

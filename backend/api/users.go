@@ -1,0 +1,155 @@
+package api
+
+import (
+	"net/http"
+	"regexp"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluicehq/sluice/backend/store"
+)
+
+var usernamePattern = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
+
+// minPasswordBytes is the shortest password the API accepts (NIST SP
+// 800-63B's minimum for user-chosen secrets).
+const minPasswordBytes = 8
+
+func checkPassword(p string) error {
+	if len(p) < minPasswordBytes || len(p) > store.MaxPasswordBytes {
+		return badRequest("a password has %d to %d bytes", minPasswordBytes, store.MaxPasswordBytes)
+	}
+	return nil
+}
+
+func checkRole(role string, node bool) error {
+	switch role {
+	case store.RoleViewer, store.RoleEditor, store.RoleAdmin:
+		return nil
+	case store.RoleNode:
+		if node {
+			return nil
+		}
+	}
+	if node {
+		return badRequest("role must be one of viewer, editor, admin, node")
+	}
+	return badRequest("role must be one of viewer, editor, admin")
+}
+
+func (a *API) listUsers(c *gin.Context) {
+	users, err := a.store.ListUsers(c)
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"users": users})
+}
+
+type userCreateRequest struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+	Role     string `json:"role"`
+}
+
+func (a *API) createUser(c *gin.Context) {
+	var req userCreateRequest
+	if err := decode(c, &req); err != nil {
+		a.fail(c, err)
+		return
+	}
+	if !usernamePattern.MatchString(req.Username) {
+		a.fail(c, badRequest("usernames use letters, digits, '_', '.', '@', '-' (at most 64)"))
+		return
+	}
+	if err := checkRole(req.Role, false); err != nil {
+		a.fail(c, err)
+		return
+	}
+	if err := checkPassword(req.Password); err != nil {
+		a.fail(c, err)
+		return
+	}
+	u, err := a.store.CreateUser(c, req.Username, req.Password, req.Role, a.actor(c))
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, u)
+}
+
+func (a *API) disableUser(c *gin.Context) { a.setUserDisabled(c, true) }
+
+func (a *API) enableUser(c *gin.Context) { a.setUserDisabled(c, false) }
+
+// setUserDisabled disables or enables a user; a disabled user's sessions end
+// at once. The last enabled admin cannot be disabled.
+func (a *API) setUserDisabled(c *gin.Context, disabled bool) {
+	id, err := pathInt(c, "id")
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	u, err := a.store.SetUserDisabled(c, id, disabled, a.actor(c))
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, u)
+}
+
+type roleRequest struct {
+	Role string `json:"role"`
+}
+
+func (a *API) setUserRole(c *gin.Context) {
+	id, err := pathInt(c, "id")
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	var req roleRequest
+	if err := decode(c, &req); err != nil {
+		a.fail(c, err)
+		return
+	}
+	if err := checkRole(req.Role, false); err != nil {
+		a.fail(c, err)
+		return
+	}
+	u, err := a.store.SetUserRole(c, id, req.Role, a.actor(c))
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, u)
+}
+
+type passwordResetRequest struct {
+	Password string `json:"password"`
+}
+
+// resetPassword is an admin setting a user's password; the user's sessions
+// end.
+func (a *API) resetPassword(c *gin.Context) {
+	id, err := pathInt(c, "id")
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	var req passwordResetRequest
+	if err := decodeLimit(c, &req, maxLoginBytes, false); err != nil {
+		a.fail(c, err)
+		return
+	}
+	if err := checkPassword(req.Password); err != nil {
+		a.fail(c, err)
+		return
+	}
+	u, err := a.store.ResetPassword(c, id, req.Password, a.actor(c))
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, u)
+}

@@ -1,0 +1,166 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Token is an API token's public description; the secret is never stored.
+type Token struct {
+	ID        int64      `json:"id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	Last4     string     `json:"last4"`
+	CreatedBy string     `json:"created_by"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	Disabled  bool       `json:"disabled"`
+	RotatedAt *time.Time `json:"rotated_at"`
+}
+
+// Expired reports whether the token's expiry has passed at now.
+func (t Token) Expired(now time.Time) bool { return t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) }
+
+type tokenRow struct {
+	ID        int64 `gorm:"primaryKey"`
+	Name      string
+	Role      string
+	Hash      string
+	Last4     string `gorm:"column:last4"`
+	CreatedBy string
+	CreatedAt time.Time
+	ExpiresAt *time.Time
+	Disabled  bool
+	RotatedAt *time.Time
+}
+
+func (tokenRow) TableName() string { return "api_tokens" }
+
+func (r tokenRow) token() Token {
+	return Token{ID: r.ID, Name: r.Name, Role: r.Role, Last4: r.Last4, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt,
+		ExpiresAt: r.ExpiresAt, Disabled: r.Disabled, RotatedAt: r.RotatedAt}
+}
+
+func tokenTarget(id int64) string { return fmt.Sprintf("token:%d", id) }
+
+// TokenPrefix starts every API token so that leaked tokens are recognizable.
+const TokenPrefix = "slc_"
+
+func newSecret() (secret, hash, last4 string) {
+	secret = TokenPrefix + randomToken()
+	return secret, hashToken(secret), secret[len(secret)-4:]
+}
+
+// CreateToken makes a token of 256 random bits and returns it with its secret,
+// which is shown once and stored only as a SHA-256 hash.
+func (s *Store) CreateToken(ctx context.Context, name, role string, expiresAt *time.Time, actor Actor) (Token, string, error) {
+	switch role {
+	case RoleViewer, RoleEditor, RoleAdmin, RoleNode:
+	default:
+		return Token{}, "", &InvalidError{Reason: "role must be one of viewer, editor, admin, node"}
+	}
+	secret, hash, last4 := newSecret()
+	row := tokenRow{Name: name, Role: role, Hash: hash, Last4: last4, CreatedBy: actor.owner(), CreatedAt: time.Now().UTC(), ExpiresAt: expiresAt}
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		return appendAudit(tx, actor, "token.create", tokenTarget(row.ID), "", nil,
+			map[string]any{"name": name, "role": role, "last4": row.Last4, "expires_at": expiresAt})
+	})
+	if err != nil {
+		return Token{}, "", fmt.Errorf("create token: %w", err)
+	}
+	return row.token(), secret, nil
+}
+
+// FindToken returns the live token for a secret. Disabled and expired tokens
+// are not found.
+func (s *Store) FindToken(ctx context.Context, secret string) (Token, error) {
+	var row tokenRow
+	if err := s.db.WithContext(ctx).Where("hash = ?", hashToken(secret)).Take(&row).Error; err != nil {
+		return Token{}, notFound(err, "token")
+	}
+	if t := row.token(); t.Disabled || t.Expired(time.Now()) {
+		return Token{}, fmt.Errorf("token disabled or expired: %w", rules.ErrNotFound)
+	}
+	return row.token(), nil
+}
+
+// ListTokens returns every token (never a secret), newest first.
+func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
+	var rows []tokenRow
+	if err := s.db.WithContext(ctx).Order("id DESC").Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	out := make([]Token, len(rows))
+	for i, r := range rows {
+		out[i] = r.token()
+	}
+	return out, nil
+}
+
+// DisableToken disables a token for good; it stops working at once.
+// Disabling a disabled token changes nothing.
+func (s *Store) DisableToken(ctx context.Context, id int64, actor Actor) (Token, error) {
+	var row tokenRow
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
+			return notFound(err, fmt.Sprintf("token %d", id))
+		}
+		if row.Disabled {
+			return nil
+		}
+		row.Disabled = true
+		if err := tx.Model(&tokenRow{}).Where("id = ?", id).Update("disabled", true).Error; err != nil {
+			return fmt.Errorf("write token: %w", err)
+		}
+		return appendAudit(tx, actor, "token.disable", tokenTarget(id), "",
+			map[string]any{"disabled": false, "name": row.Name}, map[string]any{"disabled": true, "name": row.Name})
+	})
+	if err != nil {
+		return Token{}, fmt.Errorf("disable token %d: %w", id, err)
+	}
+	return row.token(), nil
+}
+
+// RotateToken gives a live token a new secret, returned once; the old
+// secret stops working at once. Name, role and expiry stay.
+func (s *Store) RotateToken(ctx context.Context, id int64, actor Actor) (Token, string, error) {
+	var (
+		row    tokenRow
+		secret string
+	)
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
+			return notFound(err, fmt.Sprintf("token %d", id))
+		}
+		now := time.Now().UTC()
+		switch t := row.token(); {
+		case t.Disabled:
+			return &RefusedError{Reason: fmt.Sprintf("token %d is disabled; create a new one", id)}
+		case t.Expired(now):
+			return &RefusedError{Reason: fmt.Sprintf("token %d has expired; create a new one", id)}
+		}
+		oldLast4 := row.Last4
+		var hash string
+		secret, hash, row.Last4 = newSecret()
+		row.RotatedAt = &now
+		err := tx.Model(&tokenRow{}).Where("id = ?", id).Updates(map[string]any{"hash": hash, "last4": row.Last4, "rotated_at": now}).Error
+		if err != nil {
+			return fmt.Errorf("write token: %w", err)
+		}
+		return appendAudit(tx, actor, "token.rotate", tokenTarget(id), "",
+			map[string]any{"last4": oldLast4, "name": row.Name}, map[string]any{"last4": row.Last4, "name": row.Name})
+	})
+	if err != nil {
+		return Token{}, "", fmt.Errorf("rotate token %d: %w", id, err)
+	}
+	return row.token(), secret, nil
+}

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+const rulesUsage = `Usage: sluice rules <command> ...
+
+Commands:
+  check FILE...          validate domain files; exit 0 when all are valid, else 1,
+                         with FILE:LINE:COLUMN: path: message per problem
+  fmt [-w|-check] FILE...
+                         print each file in canonical form, comments kept;
+                         -w rewrites the files, -check lists the files that are
+                         not in canonical form and exits 1 if there are any
+  diff [-json] OLD NEW   the changes from OLD to NEW (each a domain file or a
+                         directory of them) and a unified diff per domain; exit 0
+                         when they are the same, 1 when they differ, 2 on errors
+  schema                 print the JSON Schema of a domain file, for editors
+`
+
+func runRules(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, rulesUsage)
+		return exitError{2}
+	}
+	switch args[0] {
+	case "check":
+		return rulesCheck(args[1:], getenv, stdout, stderr)
+	case "fmt":
+		return rulesFmt(args[1:], getenv, stdout, stderr)
+	case "diff":
+		return rulesDiff(args[1:], getenv, stdout, stderr)
+	case "schema":
+		_, err := stdout.Write(rules.JSONSchema())
+		return err
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, rulesUsage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "sluice rules: unknown command %q\n\n%s", args[0], rulesUsage)
+	return exitError{2}
+}
+
+// printProblems prints a validation error one problem a line, or any other
+// error as it is; it reports whether err was a validation error.
+func printProblems(err error, stdout, stderr io.Writer) bool {
+	var ve *rules.ValidationError
+	if errors.As(err, &ve) {
+		for _, p := range ve.Details() {
+			fmt.Fprintln(stdout, p.String())
+		}
+		return true
+	}
+	fmt.Fprintln(stderr, err)
+	return false
+}
+
+func rulesCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("rules check", getenv, stderr)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, "usage: sluice rules check FILE...\n")
+		return exitError{2}
+	}
+	failed := false
+	var files []rules.File
+	for _, name := range fs.Args() {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			failed = true
+			continue
+		}
+		files = append(files, rules.File{Name: name, YAML: src})
+	}
+	domains, err := rules.ParseAll(files)
+	if err == nil {
+		// Parse already applies Compile's rules; this also catches any
+		// disagreement between the two.
+		_, err = rules.Compile(domains)
+	}
+	if err != nil {
+		printProblems(err, stdout, stderr)
+		return exitError{1}
+	}
+	for i, d := range domains {
+		fmt.Fprintf(stdout, "%s: ok (domain %s)\n", files[i].Name, d.Name)
+	}
+	if failed {
+		return exitError{1}
+	}
+	return nil
+}
+
+func rulesFmt(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var write, check bool
+	fs := newFlagSet("rules fmt", getenv, stderr)
+	fs.bool(&write, "w", "SLUICE_RULES_FMT_WRITE", false, "rewrite the files in canonical form")
+	fs.bool(&check, "check", "SLUICE_RULES_FMT_CHECK", false, "list the files not in canonical form; exit 1 if any")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 || write && check {
+		fmt.Fprint(stderr, "usage: sluice rules fmt [-w|-check] FILE...\n")
+		return exitError{2}
+	}
+	failed, unformatted := false, false
+	for _, name := range fs.Args() {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			failed = true
+			continue
+		}
+		out, err := rules.FormatSource(name, src)
+		if err != nil {
+			// A file whose comments cannot be kept is left alone.
+			printProblems(err, stdout, stderr)
+			failed = true
+			continue
+		}
+		switch {
+		case check:
+			if !bytes.Equal(out, src) {
+				fmt.Fprintln(stdout, name)
+				unformatted = true
+			}
+		case write:
+			if bytes.Equal(out, src) {
+				continue
+			}
+			if err := replaceFile(name, out); err != nil {
+				fmt.Fprintln(stderr, err)
+				failed = true
+			}
+		default:
+			if _, err := stdout.Write(out); err != nil {
+				return err
+			}
+		}
+	}
+	if failed || unformatted {
+		return exitError{1}
+	}
+	return nil
+}
+
+// replaceFile writes data to name through a temporary file in the same
+// directory and a rename, so a crash never leaves a half-written file; the
+// file keeps its permissions.
+func replaceFile(name string, data []byte) error {
+	info, err := os.Stat(name)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
+	if err != nil {
+		return fmt.Errorf("rewrite %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename, a no-op
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), info.Mode().Perm())
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), name)
+	}
+	if err != nil {
+		return fmt.Errorf("rewrite %s: %w", name, err)
+	}
+	return nil
+}
+
+func rulesDiff(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var asJSON bool
+	fs := newFlagSet("rules diff", getenv, stderr)
+	fs.bool(&asJSON, "json", "SLUICE_RULES_DIFF_JSON", false, `print {"changes": [...], "diffs": {domain: unified diff}}`)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		fmt.Fprint(stderr, "usage: sluice rules diff [-json] OLD NEW\n")
+		return exitError{2}
+	}
+	before, err := loadDomains(fs.Arg(0), stdout, stderr)
+	if err != nil {
+		return err
+	}
+	after, err := loadDomains(fs.Arg(1), stdout, stderr)
+	if err != nil {
+		return err
+	}
+	changes := rules.Diff(before.domains(), after.domains())
+
+	// The unified diffs compare the files as written, domain by domain.
+	names := before.names()
+	for _, n := range after.names() {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	diffs := map[string]string{}
+	for _, n := range names {
+		if d := rules.UnifiedDiff(n+".yaml", before[n].src, after[n].src); d != "" {
+			diffs[n] = d
+		}
+	}
+
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if changes == nil {
+			changes = []rules.Change{}
+		}
+		if err := enc.Encode(map[string]any{"changes": changes, "diffs": diffs}); err != nil {
+			return err
+		}
+	} else {
+		for _, c := range changes {
+			fmt.Fprintln(stdout, c.String())
+		}
+		for _, n := range names {
+			if diffs[n] != "" {
+				fmt.Fprint(stdout, "\n"+diffs[n])
+			}
+		}
+	}
+	if len(changes) > 0 || len(diffs) > 0 {
+		return exitError{1}
+	}
+	return nil
+}
+
+// loaded is one side of a diff: each domain and its source, by name.
+type loaded map[string]struct {
+	domain *rules.Domain
+	src    string
+}
+
+func (l loaded) names() []string {
+	names := make([]string, 0, len(l))
+	for n := range l {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (l loaded) domains() []*rules.Domain {
+	out := make([]*rules.Domain, 0, len(l))
+	for _, n := range l.names() {
+		out = append(out, l[n].domain)
+	}
+	return out
+}
+
+// loadDomains reads a domain file, or every *.yaml and *.yml file of a
+// directory. Problems are printed and end the command with status 2.
+func loadDomains(path string, stdout, stderr io.Writer) (loaded, error) {
+	paths := []string{path}
+	if info, err := os.Stat(path); err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, exitError{2}
+	} else if info.IsDir() {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return nil, exitError{2}
+		}
+		paths = paths[:0]
+		for _, e := range entries {
+			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") && !strings.HasPrefix(e.Name(), ".") {
+				paths = append(paths, filepath.Join(path, e.Name()))
+			}
+		}
+	}
+	files := make([]rules.File, 0, len(paths))
+	for _, p := range paths {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return nil, exitError{2}
+		}
+		files = append(files, rules.File{Name: p, YAML: src})
+	}
+	domains, err := rules.ParseAll(files)
+	if err != nil {
+		printProblems(err, stdout, stderr)
+		return nil, exitError{2}
+	}
+	out := loaded{}
+	for i, d := range domains {
+		out[d.Name] = struct {
+			domain *rules.Domain
+			src    string
+		}{d, string(files[i].YAML)}
+	}
+	return out, nil
+}
