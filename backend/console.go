@@ -52,6 +52,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 		return err
 	}
 	h := hub.New(st, log)
+	hubCtx, stopHub := context.WithCancel(ctx)
+	hubDone := make(chan error, 1)
+	go func() { hubDone <- h.Run(hubCtx, cfg.DatabaseURL) }()
+	defer func() { // before st.Close: the hub writes the registry one last time
+		stopHub()
+		if err := <-hubDone; err != nil {
+			log.Warn("node hub", "error", err)
+		}
+	}()
 	handler := api.New(api.Config{Store: st, Hub: h, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies,
 		TrustedProxies: cfg.TrustedProxies})
 
@@ -78,7 +87,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	case <-ctx.Done():
 	}
 	// Node streams are hijacked connections that Shutdown does not wait for;
-	// they end because their request contexts derive from ctx.
+	// the hub closes them (going away) when it stops, right after.
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {

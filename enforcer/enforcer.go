@@ -42,7 +42,8 @@ const (
 
 // Config is an enforcer node's configuration, as parsed by `sluice enforcer`.
 type Config struct {
-	// ConsoleURL is the console's base URL (http:// or https://). Required.
+	// ConsoleURL is the console's base URL (http:// or https://), or the
+	// base URLs of several console replicas separated by commas. Required.
 	ConsoleURL string
 	// NodeToken is the node-role API token the console authenticates with.
 	NodeToken string
@@ -104,6 +105,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 	defer client.Close()
 	eng := engine.New(limiter.NewRedis(client), cfg.KeyPrefix)
 
+	reg := prometheus.NewRegistry()
 	sub, err := subscriber.New(subscriber.Config{
 		ConsoleURL: cfg.ConsoleURL,
 		NodeToken:  cfg.NodeToken,
@@ -111,6 +113,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		Labels:     cfg.Labels,
 		Build:      cfg.Build,
 		StateDir:   cfg.StateDir,
+		// Per-rule counts for the console, from the check servers' counter.
+		StatsSource: subscriber.MetricStats(reg, "sluice_enforcer_rule_decisions_total"),
 	}, eng, log)
 	if err != nil {
 		return fmt.Errorf("enforcer: %w", err)
@@ -125,7 +129,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		log.WarnContext(ctx, "ignoring saved ruleset", "state_dir", cfg.StateDir, "error", err)
 	}
 
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -152,6 +155,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 			}
 			return float64(t.UnixNano()) / 1e9
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_enforcer_console_contact_age_seconds",
+			Help: "Seconds since the last message or pong from the console (since start when never).",
+		}, func() float64 { return sub.ContactAge().Seconds() }),
 	)
 	checks, err := checkserver.New(eng, checkserver.Options{
 		Registry: reg,

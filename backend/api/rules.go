@@ -278,7 +278,7 @@ func (a *API) listVersions(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"versions": vs, "next_cursor": nextCursor(next)})
+	c.JSON(http.StatusOK, gin.H{"versions": a.withApplied(c, vs...), "next_cursor": nextCursor(next)})
 }
 
 func (a *API) getVersion(c *gin.Context) {
@@ -297,7 +297,7 @@ func (a *API) getVersion(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"version": meta, "domains": snap.Domains})
+	c.JSON(http.StatusOK, gin.H{"version": a.withApplied(c, meta)[0], "domains": snap.Domains})
 }
 
 type rollbackRequest struct {
@@ -325,19 +325,6 @@ func (a *API) rollback(c *gin.Context) {
 	}
 	a.submit(c, store.Change{Kind: store.KindRollback, RollbackTo: n, BaseVersion: req.BaseVersion, Message: msg,
 		BreakGlass: req.BreakGlassReason})
-}
-
-func (a *API) listNodes(c *gin.Context) {
-	nodes, err := a.store.ListNodes(c)
-	if err != nil {
-		a.fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"nodes": nodes})
-}
-
-func (a *API) nodeStream(c *gin.Context) {
-	a.hub.Serve(c.Writer, c.Request)
 }
 
 func (a *API) listAudit(c *gin.Context) {

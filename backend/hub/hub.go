@@ -1,16 +1,38 @@
 // Package hub is the console's side of the push channel: it accepts enforcer
 // websockets on /api/v1/nodes/stream, sends each node the snapshot it lacks,
-// records acks and nacks in the node registry, and fans out every new version.
-// It is the only console package that imports the websocket library.
+// records acks, nacks and decision rates in the node registry, and fans out
+// every new version to the nodes connected to this console replica.
+//
+// Replicas learn about new versions from Postgres: a trigger NOTIFYs
+// store.VersionsChannel when a version commits, and every replica's hub
+// LISTENs (reconnecting as needed), so a publish on one replica reaches the
+// nodes of all of them.
+//
+// Each connection has a reader (the HTTP handler goroutine) and a writer
+// goroutine fed by a small bounded queue. Nothing waits on a node: a node
+// whose queue is full, or whose writes or pings time out, is dropped and
+// catches up with a full snapshot when it reconnects. A snapshot is
+// serialized once per version and the same bytes go to every node.
+//
+// The registry lives in memory for the nodes of this replica and is written
+// to Postgres in batches by one flusher (every flushInterval, or sooner when
+// many updates are pending), so acks from a thousand nodes cost a few
+// statements, not a thousand. It is the only console package that imports
+// the websocket library.
 package hub
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,19 +48,57 @@ const (
 	helloTimeout = 10 * time.Second
 	writeTimeout = 10 * time.Second
 	pingInterval = 15 * time.Second
-	queueSize    = 8 // messages waiting per node; a node further behind is dropped
+	// queueSize is how many snapshots may wait for one node; a node further
+	// behind is dropped.
+	queueSize = 8
+
+	// flushInterval is how often registry changes reach Postgres;
+	// flushBatch pending changes trigger a flush before that.
+	flushInterval = 250 * time.Millisecond
+	flushBatch    = 500
+	// softFlushEvery bounds how often a node's last_seen and rates alone
+	// are written; heartbeatEvery is how often a connected node's row is
+	// rewritten even when nothing changed, so other replicas can tell a
+	// live row from one left by a replica that died.
+	softFlushEvery = 5 * time.Second
+	heartbeatEvery = 20 * time.Second
+	// StaleAfter is how long a row may say "connected" without being
+	// rewritten before it is reported as disconnected.
+	StaleAfter = 60 * time.Second
+	// ratesStaleAfter is how old a node's rates may be before they are not
+	// shown (the node stopped reporting).
+	ratesStaleAfter = 10 * time.Second
+	// forgetAfter is how long a node that went away stays in the registry.
+	forgetAfter = 7 * 24 * time.Hour
+	// shutdownWait bounds waiting for connections to close at shutdown.
+	shutdownWait = 10 * time.Second
+	// maxNackError bounds the stored text of a nack.
+	maxNackError = 2000
 )
 
-// Hub tracks connected nodes and pushes snapshots to them.
+// Hub tracks the nodes connected to this console replica and pushes
+// snapshots to them. Run must be running for the registry to reach
+// Postgres and for versions published on other replicas to arrive.
 type Hub struct {
 	store *store.Store
 	log   *slog.Logger
+	id    string // this replica, shown as a node's console
 
-	mu    sync.Mutex
-	conns map[*conn]struct{}
-	cache encoded // latest snapshot, serialized once for all connections
+	mu      sync.Mutex
+	running bool             // Run was started
+	stopped bool             // Run is shutting down: no new nodes
+	conns   map[string]*conn // by node id
+	gone    []store.Node     // final rows of closed connections, not yet written
+	wg      sync.WaitGroup   // Serve calls in progress
+	loadMu  sync.Mutex       // one snapshot load and encode at a time
+	cache   atomic.Pointer[encoded]
+	pending atomic.Int64 // registry changes since the last flush
+	kick    chan struct{}
+
+	encodes atomic.Int64 // snapshots serialized, for tests
 }
 
+// encoded is one version's snapshot message, serialized once.
 type encoded struct {
 	version int64
 	data    []byte
@@ -46,225 +106,675 @@ type encoded struct {
 
 // New returns a hub backed by st.
 func New(st *store.Store, log *slog.Logger) *Hub {
-	return &Hub{store: st, log: log, conns: make(map[*conn]struct{})}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	rand.Read(b)
+	return &Hub{
+		store: st, log: log, id: cmp.Or(host, "console") + "-" + hex.EncodeToString(b),
+		conns: make(map[string]*conn), kick: make(chan struct{}, 1),
+	}
 }
 
+// Run keeps the registry flushed to Postgres and, when databaseURL is not
+// empty, listens for versions published by any replica and pushes them. It
+// returns when ctx ends, after closing every node connection (going away,
+// so nodes move to another replica) and writing the registry one last time.
+func (h *Hub) Run(ctx context.Context, databaseURL string) error {
+	h.mu.Lock()
+	if h.running {
+		h.mu.Unlock()
+		return errors.New("hub: already running")
+	}
+	h.running = true
+	h.mu.Unlock()
+
+	var bg sync.WaitGroup
+	if databaseURL != "" {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			h.listen(ctx, databaseURL)
+		}()
+	}
+	h.flushLoop(ctx)
+	bg.Wait()
+
+	// Shut down: refuse new nodes, close the connected ones, write what
+	// is left.
+	h.mu.Lock()
+	h.stopped = true
+	conns := make([]*conn, 0, len(h.conns))
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.drop(websocket.StatusGoingAway, "console shutting down")
+	}
+	done := make(chan struct{})
+	go func() {
+		h.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(shutdownWait):
+		h.log.Warn("node connections still closing at shutdown")
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := h.flush(fctx, time.Now()); err != nil {
+		return fmt.Errorf("hub: final registry flush: %w", err)
+	}
+	return nil
+}
+
+// flushLoop writes the registry every flushInterval, or when kicked, and
+// forgets long-gone nodes hourly, until ctx ends.
+func (h *Hub) flushLoop(ctx context.Context) {
+	tick := time.NewTicker(flushInterval)
+	defer tick.Stop()
+	prune := time.NewTicker(time.Hour)
+	defer prune.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-h.kick:
+		case <-prune.C:
+			if n, err := h.store.DeleteNodesSeenBefore(ctx, time.Now().Add(-forgetAfter)); err != nil {
+				h.log.Warn("forget old nodes", "error", err)
+			} else if n > 0 {
+				h.log.Info("forgot nodes not seen for a week", "nodes", n)
+			}
+			continue
+		}
+		// Log a failing database once, not four times a second.
+		switch err := h.flush(ctx, time.Now()); {
+		case err != nil && !failing && ctx.Err() == nil:
+			h.log.Error("write node registry; will retry", "error", err)
+			failing = true
+		case err == nil && failing:
+			h.log.Info("node registry written again")
+			failing = false
+		}
+	}
+}
+
+// flush writes the registry rows that changed: every hard change (hello,
+// ack, nack, disconnect), last_seen and rates at most every softFlushEvery,
+// and a heartbeat for every connected node. On failure the changes stay
+// pending for the next flush.
+func (h *Hub) flush(ctx context.Context, now time.Time) error {
+	h.pending.Store(0)
+	h.mu.Lock()
+	gone := h.gone
+	h.gone = nil
+	conns := make([]*conn, 0, len(h.conns))
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
+	// A node that reconnected here since its old connection closed is
+	// described by the new connection.
+	batch := make([]store.Node, 0, len(gone)+len(conns))
+	for _, n := range gone {
+		if _, back := h.conns[n.ID]; !back {
+			batch = append(batch, n)
+		}
+	}
+	h.mu.Unlock()
+	gone = batch[:len(batch):len(batch)]
+
+	var taken []*conn
+	for _, c := range conns {
+		c.mu.Lock()
+		if c.dirty || (c.soft && now.Sub(c.persisted) >= softFlushEvery) || now.Sub(c.persisted) >= heartbeatEvery {
+			batch = append(batch, c.row())
+			c.dirty, c.soft, c.persisted = false, false, now
+			taken = append(taken, c)
+		}
+		c.mu.Unlock()
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	if err := h.store.SaveNodes(ctx, batch, StaleAfter); err != nil {
+		for _, c := range taken {
+			c.mu.Lock()
+			c.dirty = true
+			c.mu.Unlock()
+		}
+		h.mu.Lock()
+		h.gone = append(gone, h.gone...)
+		h.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// changed counts a registry change and kicks the flusher when many are
+// pending.
+func (h *Hub) changed() {
+	if h.pending.Add(1) >= flushBatch {
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// conn is one node connection.
 type conn struct {
-	ws     *websocket.Conn
-	queue  chan encoded
-	cancel context.CancelFunc
+	ws    *websocket.Conn
+	queue chan *encoded
+	// sent is the newest version queued for (or already held by) the node;
+	// a version is never queued twice on one connection, so a nacked
+	// version is not pushed again in a loop.
+	sent atomic.Int64
 
-	node    store.Node   // owned by the connection's reader goroutine
-	applied atomic.Int64 // node.AppliedVersion, readable by Notify
+	stopWriter context.CancelFunc
+	dropOnce   sync.Once
+	cause      closeError    // why the console closed the connection; set once, before dropped
+	dropped    atomic.Bool   // drop was called
+	closed     chan struct{} // closed once the websocket is closed
+
+	mu        sync.Mutex // guards the fields below
+	node      store.Node
+	dirty     bool      // a change that must be written at the next flush
+	soft      bool      // only last_seen or rates changed
+	persisted time.Time // when the row was last handed to the store
 }
+
+// closeError is how and why the console closed a connection.
+type closeError struct {
+	code   websocket.StatusCode
+	reason string
+}
+
+func (e closeError) Error() string {
+	if e.reason == "" {
+		return fmt.Sprintf("closed (%d)", int(e.code))
+	}
+	return fmt.Sprintf("closed (%d): %s", int(e.code), e.reason)
+}
+
+// drop closes the connection with code and reason, once, without waiting:
+// a writer blocked on a slow node is aborted, and the close handshake runs
+// in the background.
+func (c *conn) drop(code websocket.StatusCode, reason string) {
+	c.dropOnce.Do(func() {
+		c.cause = closeError{code: code, reason: truncate(reason, 120)}
+		c.dropped.Store(true)
+		c.stopWriter()
+		go func() {
+			c.ws.Close(code, c.cause.reason)
+			close(c.closed)
+		}()
+	})
+}
+
+// row returns a copy of the node's registry row; caller holds c.mu. The
+// pointer fields are replaced, never modified in place, so sharing them
+// is safe.
+func (c *conn) row() store.Node { return c.node }
 
 // Serve upgrades an already-authenticated request to a node stream and runs
-// it until the node goes away or ctx ends.
+// it until the node goes away, the node is dropped or the hub stops.
 func (h *Hub) Serve(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	stopped := h.stopped
+	if !stopped {
+		h.wg.Add(1)
+	}
+	h.mu.Unlock()
+	if stopped {
+		http.Error(w, `{"error":{"code":"unavailable","message":"the console is not accepting nodes"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	defer h.wg.Done()
+
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return // Accept has written the HTTP error
 	}
-	ws.SetReadLimit(wire.MaxMessageBytes)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	c := &conn{ws: ws, queue: make(chan encoded, queueSize), cancel: cancel}
-	err = h.run(ctx, c, r.RemoteAddr)
-	status := websocket.CloseStatus(err)
+	ws.SetReadLimit(wire.MaxNodeMessageBytes)
+	wctx, stopWriter := context.WithCancel(context.Background())
+	c := &conn{ws: ws, queue: make(chan *encoded, queueSize), stopWriter: stopWriter, closed: make(chan struct{})}
+
+	err = h.run(wctx, c, r.RemoteAddr)
+	var ce closeError
+	if errors.As(err, &ce) {
+		c.drop(ce.code, ce.reason)
+	} else {
+		// The node closed the connection, or it failed: nothing to tell.
+		c.drop(websocket.StatusNormalClosure, "")
+	}
+	<-c.closed
 	switch {
-	case err == nil, status == websocket.StatusNormalClosure, status == websocket.StatusGoingAway, errors.Is(err, context.Canceled):
-		ws.Close(websocket.StatusNormalClosure, "")
+	case c.node.ID == "":
+		h.log.Warn("node refused", "address", r.RemoteAddr, "error", err)
+	case err == nil:
+		h.log.Info("node disconnected", "node_id", c.node.ID)
 	default:
-		h.log.Warn("node stream closed", "node_id", c.node.ID, "error", err)
-		ws.Close(websocket.StatusPolicyViolation, truncate(err.Error(), 120))
+		h.log.Info("node disconnected", "node_id", c.node.ID, "reason", err.Error())
 	}
 }
 
-func (h *Hub) run(ctx context.Context, c *conn, addr string) error {
-	helloCtx, cancel := context.WithTimeout(ctx, helloTimeout)
-	_, data, err := c.ws.Read(helloCtx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("read hello: %w", err)
-	}
-	msg, err := wire.Decode(data)
+// run handles one connection: hello, then the writer goroutine and the
+// read loop. It returns nil when the node closed normally, a closeError
+// when the console must close with a specific code, or another error when
+// the connection failed.
+func (h *Hub) run(wctx context.Context, c *conn, addr string) error {
+	hello, err := readHello(c.ws)
 	if err != nil {
 		return err
-	}
-	hello, ok := msg.(*wire.Hello)
-	if !ok || hello.NodeID == "" {
-		return errors.New("first message must be a hello with a node_id")
 	}
 	now := time.Now().UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
-		Labels: hello.Labels, Build: hello.Build, Address: addr, ConnectedSince: &now, LastSeen: now}
-	if err := h.store.SaveNode(ctx, c.node); err != nil {
-		return err
-	}
-	c.applied.Store(hello.AppliedVersion)
-	h.mu.Lock()
-	h.conns[c] = struct{}{}
-	h.mu.Unlock()
-	defer h.disconnect(c)
-	h.log.Info("node connected", "node_id", c.node.ID, "applied_version", hello.AppliedVersion, "address", addr)
+		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
+		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
+	c.dirty = true
+	c.sent.Store(hello.AppliedVersion)
 
-	if snap, err := h.latest(ctx); err != nil {
-		return err
-	} else if snap.version > hello.AppliedVersion {
-		c.queue <- snap
+	// Register before reading the latest version, so that a version
+	// published meanwhile is offered by Notify if not by us.
+	if !h.register(c) {
+		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- h.write(ctx, c) }()
+	defer h.unregister(c)
+	h.log.Info("node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "address", addr,
+		"build", hello.Build)
+
+	ctx := context.Background() // reads end when the websocket closes
+	snap, err := h.latest(ctx)
+	if err != nil {
+		h.log.Error("load snapshot for node", "node_id", hello.NodeID, "error", err)
+		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
+	}
+	if hello.AppliedVersion > snap.version {
+		h.log.Warn("node runs a version newer than the console's latest", "node_id", hello.NodeID,
+			"applied_version", hello.AppliedVersion, "latest_version", snap.version)
+	}
+	c.offer(h, snap)
+	werr := make(chan error, 1)
+	go func() { werr <- h.write(wctx, c) }()
 	rerr := h.read(ctx, c)
-	c.cancel()
-	if werr := <-errc; rerr == nil {
-		rerr = werr
+	c.stopWriter()
+	if err := <-werr; rerr == nil {
+		rerr = err
 	}
 	return rerr
 }
 
-func (h *Hub) disconnect(c *conn) {
+// readHello reads and checks the first message.
+func readHello(ws *websocket.Conn) (*wire.Hello, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	typ, data, err := ws.Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	if typ != websocket.MessageText {
+		return nil, closeError{code: websocket.StatusUnsupportedData, reason: "messages must be JSON text"}
+	}
+	msg, err := wire.Decode(data)
+	if err != nil {
+		return nil, closeError{code: websocket.StatusPolicyViolation, reason: "malformed hello: " + err.Error()}
+	}
+	hello, ok := msg.(*wire.Hello)
+	if !ok {
+		return nil, closeError{code: websocket.StatusPolicyViolation, reason: "the first message must be a hello"}
+	}
+	if err := wire.CheckProtocol(hello.Protocol); err != nil {
+		return nil, closeError{code: wire.CloseUnsupportedProtocol, reason: err.Error()}
+	}
+	if err := hello.Validate(); err != nil {
+		return nil, closeError{code: websocket.StatusPolicyViolation, reason: err.Error()}
+	}
+	return hello, nil
+}
+
+func newSession() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// register adds c to the hub, replacing (and closing) an older connection
+// of the same node. It returns false when the hub is shutting down.
+func (h *Hub) register(c *conn) bool {
 	h.mu.Lock()
-	delete(h.conns, c)
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return false
+	}
+	if old := h.conns[c.node.ID]; old != nil {
+		old.drop(wire.CloseReplaced, "replaced by a newer connection of the same node")
+	}
+	h.conns[c.node.ID] = c
+	h.changed()
+	return true
+}
+
+// unregister removes c and queues its final row, unless a newer
+// connection of the same node replaced it (that one's row wins).
+func (h *Hub) unregister(c *conn) {
+	c.mu.Lock()
 	c.node.Status = store.NodeDisconnected
 	c.node.LastSeen = time.Now().UTC()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := h.store.SaveNode(ctx, c.node); err != nil {
-		h.log.Warn("record node disconnect", "node_id", c.node.ID, "error", err)
+	c.node.Rates = nil
+	row := c.row()
+	c.mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conns[row.ID] != c {
+		return
+	}
+	delete(h.conns, row.ID)
+	h.gone = append(h.gone, row)
+	h.changed()
+}
+
+// offer queues snap for c unless c has it or was sent it already. A node
+// whose queue is full is dropped: it reconnects and gets the latest
+// snapshot then.
+func (c *conn) offer(h *Hub, snap *encoded) {
+	for {
+		sent := c.sent.Load()
+		if snap.version <= sent {
+			return
+		}
+		if c.sent.CompareAndSwap(sent, snap.version) {
+			break
+		}
+	}
+	select {
+	case c.queue <- snap:
+	default:
+		h.log.Warn("node too far behind; dropping its connection", "node_id", c.node.ID, "version", snap.version)
+		c.drop(websocket.StatusTryAgainLater, "too far behind; reconnect for the latest snapshot")
 	}
 }
 
-// write sends queued snapshots and keepalive pings.
+// write sends queued snapshots and keepalive pings until ctx ends.
 func (h *Hub) write(ctx context.Context, c *conn) error {
 	ping := time.NewTicker(pingInterval)
 	defer ping.Stop()
+	pinging := false
+	pong := make(chan error, 1)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case m := <-c.queue:
+			if m.version < c.sent.Load() {
+				continue // a newer version is queued: only the latest matters
+			}
 			wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 			err := c.ws.Write(wctx, websocket.MessageText, m.data)
 			cancel()
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil // dropped while writing
+				}
+				c.drop(websocket.StatusTryAgainLater, "write timed out")
 				return fmt.Errorf("send snapshot %d: %w", m.version, err)
 			}
 		case <-ping.C:
-			pctx, cancel := context.WithTimeout(ctx, writeTimeout)
-			err := c.ws.Ping(pctx)
-			cancel()
+			// A ping waits for its pong; the writer keeps sending meanwhile.
+			if pinging {
+				continue
+			}
+			pinging = true
+			go func() {
+				pctx, cancel := context.WithTimeout(ctx, writeTimeout)
+				defer cancel()
+				pong <- c.ws.Ping(pctx)
+			}()
+		case err := <-pong:
+			pinging = false
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				c.drop(websocket.StatusGoingAway, "ping timed out")
 				return fmt.Errorf("ping: %w", err)
 			}
+			c.mu.Lock()
+			c.node.LastSeen = time.Now().UTC()
+			c.soft = true
+			c.mu.Unlock()
 		}
 	}
 }
 
-// read handles acks, nacks and stats from the node.
+// read handles acks, nacks and stats until the connection closes.
 func (h *Hub) read(ctx context.Context, c *conn) error {
 	for {
-		_, data, err := c.ws.Read(ctx)
+		typ, data, err := c.ws.Read(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			if c.dropped.Load() {
+				return c.cause // the console closed it
+			}
+			switch websocket.CloseStatus(err) {
+			case websocket.StatusNormalClosure, websocket.StatusGoingAway:
 				return nil
 			}
-			return err
+			return fmt.Errorf("read: %w", err)
+		}
+		if typ != websocket.MessageText {
+			return closeError{code: websocket.StatusUnsupportedData, reason: "messages must be JSON text"}
 		}
 		msg, err := wire.Decode(data)
+		if errors.Is(err, wire.ErrUnknownType) {
+			// A newer node may send messages this console does not know.
+			h.log.Debug("ignoring unknown message from node", "node_id", c.node.ID, "error", err)
+			continue
+		}
 		if err != nil {
-			return err
+			return closeError{code: websocket.StatusPolicyViolation, reason: "malformed message: " + err.Error()}
 		}
-		now := time.Now().UTC()
-		c.node.LastSeen = now
-		switch m := msg.(type) {
-		case *wire.Ack:
-			c.node.AppliedVersion = m.Version
-			c.applied.Store(m.Version)
-			c.node.NackVersion, c.node.NackError = nil, ""
-			h.log.Info("node applied version", "node_id", c.node.ID, "version", m.Version)
-		case *wire.Nack:
-			v := m.Version
-			c.node.NackVersion, c.node.NackError = &v, truncate(m.Error, 2000)
-			h.log.Warn("node rejected version", "node_id", c.node.ID, "version", m.Version, "error", m.Error)
-		case *wire.Stats:
-			// Live stats aggregation lands with the traffic dashboard; the
-			// message still counts as contact.
-		default:
-			return fmt.Errorf("unexpected %T from node", msg)
-		}
-		if err := h.store.SaveNode(ctx, c.node); err != nil {
+		if err := h.handle(c, msg); err != nil {
 			return err
 		}
 	}
 }
 
-// latest returns the newest snapshot, serialized once and cached.
-func (h *Hub) latest(ctx context.Context) (encoded, error) {
+// handle applies one message from a node to its registry entry.
+func (h *Hub) handle(c *conn, msg any) error {
+	now := time.Now().UTC()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.node.LastSeen = now
+	c.soft = true
+	switch m := msg.(type) {
+	case *wire.Ack:
+		if m.Version <= 0 || m.Version > c.sent.Load() {
+			return closeError{code: websocket.StatusPolicyViolation, reason: fmt.Sprintf("ack for version %d, which was not sent", m.Version)}
+		}
+		if m.Version != c.node.AppliedVersion && h.log.Enabled(context.Background(), slog.LevelDebug) {
+			// Debug: a rollout to a thousand nodes is a thousand acks; the
+			// registry and the versions API tell the story.
+			h.log.Debug("node applied version", "node_id", c.node.ID, "version", m.Version)
+		}
+		c.node.AppliedVersion = m.Version
+		if c.node.NackVersion != nil && *c.node.NackVersion <= m.Version {
+			c.node.NackVersion, c.node.NackError, c.node.NackedAt = nil, "", nil
+		}
+	case *wire.Nack:
+		if m.Version <= 0 || m.Version > c.sent.Load() {
+			return closeError{code: websocket.StatusPolicyViolation, reason: fmt.Sprintf("nack for version %d, which was not sent", m.Version)}
+		}
+		if m.Version <= c.node.AppliedVersion {
+			return nil // it runs something newer already
+		}
+		v := m.Version
+		c.node.NackVersion, c.node.NackError, c.node.NackedAt = &v, truncate(m.Error, maxNackError), &now
+		h.log.Warn("node rejected version", "node_id", c.node.ID, "version", m.Version,
+			"applied_version", c.node.AppliedVersion, "error", truncate(m.Error, 500))
+	case *wire.Stats:
+		if err := m.Validate(); err != nil {
+			return closeError{code: websocket.StatusPolicyViolation, reason: err.Error()}
+		}
+		c.node.Rates = rates(m, now)
+		return nil // soft: written at most every softFlushEvery
+	default:
+		return closeError{code: websocket.StatusPolicyViolation, reason: fmt.Sprintf("unexpected %s message from a node", wireType(msg))}
+	}
+	if !c.dirty {
+		c.dirty = true
+		h.changed()
+	}
+	return nil
+}
+
+func wireType(msg any) string {
+	switch msg.(type) {
+	case *wire.Hello:
+		return wire.TypeHello
+	case *wire.Snapshot:
+		return wire.TypeSnapshot
+	}
+	return fmt.Sprintf("%T", msg)
+}
+
+// rates turns one stats report into per-second rates.
+func rates(s *wire.Stats, at time.Time) *store.NodeRates {
+	secs := float64(s.IntervalMS) / 1000
+	r := &store.NodeRates{At: at}
+	for _, rule := range s.Rules {
+		r.Allowed += float64(rule.Allowed)
+		r.Limited += float64(rule.Limited)
+		r.ShadowLimited += float64(rule.ShadowLimited)
+		r.StoreErrors += float64(rule.StoreErrors)
+	}
+	r.Decisions = r.Allowed + r.Limited + r.ShadowLimited + r.StoreErrors
+	r.Decisions /= secs
+	r.Allowed /= secs
+	r.Limited /= secs
+	r.ShadowLimited /= secs
+	r.StoreErrors /= secs
+	return r
+}
+
+// latest returns the newest version's snapshot message, loading and
+// serializing it only when the version is new.
+func (h *Hub) latest(ctx context.Context) (*encoded, error) {
 	current, err := h.store.CurrentVersion(ctx)
 	if err != nil {
-		return encoded{}, err
+		return nil, err
 	}
-	h.mu.Lock()
-	cached := h.cache
-	n := len(h.conns)
-	h.mu.Unlock()
-	if cached.version == current && cached.data != nil {
-		return cached, nil
+	if e := h.cache.Load(); e != nil && e.version >= current {
+		return e, nil
+	}
+	if current == 0 {
+		return &encoded{}, nil // nothing published yet: nothing to send
+	}
+	h.loadMu.Lock()
+	defer h.loadMu.Unlock()
+	if e := h.cache.Load(); e != nil && e.version >= current {
+		return e, nil
 	}
 	snap, err := h.store.FindSnapshot(ctx, current)
 	if err != nil {
-		return encoded{}, err
+		return nil, err
+	}
+	nodes := h.Connected()
+	if counts, err := h.store.AppliedCounts(ctx, time.Now().Add(-StaleAfter)); err == nil {
+		nodes = max(nodes, counts.Connected)
 	}
 	data, err := json.Marshal(wire.Snapshot{Type: wire.TypeSnapshot, Version: snap.Version,
-		Checksum: snap.Checksum, Domains: snap.WireDomains(), NodeCount: n})
+		Checksum: snap.Checksum, Domains: snap.WireDomains(), NodeCount: nodes})
 	if err != nil {
-		return encoded{}, fmt.Errorf("encode snapshot: %w", err)
+		return nil, fmt.Errorf("encode snapshot %d: %w", snap.Version, err)
 	}
-	e := encoded{version: snap.Version, data: data}
-	h.mu.Lock()
-	if e.version > h.cache.version {
-		h.cache = e
-	}
-	h.mu.Unlock()
+	h.encodes.Add(1)
+	e := &encoded{version: snap.Version, data: data}
+	h.cache.Store(e)
 	return e, nil
 }
 
-// Notify pushes the latest version to every connected node that is behind.
-// A node whose queue is full is disconnected rather than blocking the others;
-// it catches up with a full snapshot when it reconnects.
+// Notify pushes the latest version to every node of this replica that
+// neither has it nor was sent it. It never waits on a node.
 func (h *Hub) Notify(ctx context.Context) error {
 	snap, err := h.latest(ctx)
 	if err != nil {
 		return err
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	for c := range h.conns {
-		if c.applied.Load() >= snap.version {
-			continue
-		}
-		select {
-		case c.queue <- snap:
-		default:
-			h.log.Warn("node too far behind, dropping connection")
-			c.cancel()
-		}
+	conns := make([]*conn, 0, len(h.conns))
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.offer(h, snap)
 	}
 	return nil
 }
 
-// Connected returns how many nodes are connected to this console.
+// Connected returns how many nodes are connected to this replica.
 func (h *Hub) Connected() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.conns)
 }
 
+// Nodes returns the registry: every node Postgres knows, with the live
+// state of the nodes connected to this replica. A node whose row says
+// connected but that no replica has refreshed within StaleAfter (its
+// replica died) is reported disconnected; rates older than a few seconds
+// are left out.
+func (h *Hub) Nodes(ctx context.Context) ([]store.Node, error) {
+	stored, err := h.store.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	local := make(map[string]store.Node)
+	h.mu.Lock()
+	for id, c := range h.conns {
+		c.mu.Lock()
+		local[id] = c.row()
+		c.mu.Unlock()
+	}
+	h.mu.Unlock()
+	now := time.Now()
+	out := stored[:0]
+	for _, n := range stored {
+		if l, ok := local[n.ID]; ok {
+			n = l
+			delete(local, n.ID)
+		}
+		out = append(out, n)
+	}
+	for _, n := range local { // connected, not yet written
+		out = append(out, n)
+	}
+	for i := range out {
+		n := &out[i]
+		if n.Status == store.NodeConnected && now.Sub(n.LastSeen) > StaleAfter {
+			n.Status = store.NodeDisconnected
+		}
+		if n.Status != store.NodeConnected || (n.Rates != nil && now.Sub(n.Rates.At) > ratesStaleAfter) {
+			n.Rates = nil
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Node) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	// Cut on a rune boundary so a close reason stays valid UTF-8.
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
 	}
 	return s[:n]
 }

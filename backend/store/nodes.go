@@ -4,9 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
-
-	"gorm.io/gorm/clause"
 )
 
 // Node statuses.
@@ -14,6 +13,11 @@ const (
 	NodeConnected    = "connected"
 	NodeDisconnected = "disconnected"
 )
+
+// VersionsChannel is the Postgres NOTIFY channel on which every new version
+// is announced (payload: the version number). A trigger on the versions
+// table sends it when the publishing transaction commits.
+const VersionsChannel = "sluice_versions"
 
 // Node is an enforcer as the console last saw it.
 type Node struct {
@@ -23,10 +27,34 @@ type Node struct {
 	Labels         map[string]string `json:"labels"`
 	Build          string            `json:"build"`
 	Address        string            `json:"address"`
+	Protocol       int               `json:"protocol"`
 	ConnectedSince *time.Time        `json:"connected_since"`
 	LastSeen       time.Time         `json:"last_seen"`
-	NackVersion    *int64            `json:"nack_version"`
-	NackError      string            `json:"nack_error"`
+	// NackVersion, NackError and NackedAt describe the last version the
+	// node rejected, while it still runs an older one; an ack of a version
+	// at or above NackVersion clears them.
+	NackVersion *int64     `json:"nack_version"`
+	NackError   string     `json:"nack_error"`
+	NackedAt    *time.Time `json:"nacked_at"`
+	// Console is the id of the console replica holding the connection.
+	Console string `json:"console"`
+	// Session identifies one connection; a write from an older session of
+	// the same node never overwrites a newer one.
+	Session string `json:"-"`
+	// Rates are the node's latest reported decision rates; nil when it is
+	// disconnected or has not reported.
+	Rates *NodeRates `json:"rates"`
+}
+
+// NodeRates are a node's per-rule decisions per second over its latest
+// stats interval, summed over its rules.
+type NodeRates struct {
+	At            time.Time `json:"at"`
+	Decisions     float64   `json:"decisions_per_second"`
+	Allowed       float64   `json:"allowed_per_second"`
+	Limited       float64   `json:"limited_per_second"`
+	ShadowLimited float64   `json:"shadow_limited_per_second"`
+	StoreErrors   float64   `json:"store_errors_per_second"`
 }
 
 type nodeRow struct {
@@ -36,33 +64,115 @@ type nodeRow struct {
 	Labels         string `gorm:"type:jsonb"`
 	Build          string
 	Address        string
+	Protocol       int
 	ConnectedSince *time.Time
 	LastSeen       time.Time
 	NackVersion    *int64
 	NackError      string
+	NackedAt       *time.Time
+	SessionID      string
+	ConsoleID      string
+	Rates          *string `gorm:"type:jsonb"`
 }
 
 func (nodeRow) TableName() string { return "nodes" }
 
-// SaveNode inserts or replaces a node's registry row.
-func (s *Store) SaveNode(ctx context.Context, n Node) error {
-	labels, err := json.Marshal(n.Labels)
-	if err != nil || n.Labels == nil {
-		labels = []byte("{}")
+// nodeColumns are the columns SaveNodes writes, in order.
+var nodeColumns = []string{"id", "applied_version", "status", "labels", "build", "address", "protocol",
+	"connected_since", "last_seen", "nack_version", "nack_error", "nacked_at", "session_id", "console_id", "rates"}
+
+// saveNodesBatch bounds the rows of one INSERT (Postgres allows 65535
+// parameters per statement).
+const saveNodesBatch = 1000
+
+// SaveNodes upserts registry rows, many per statement. A row is written
+// unless the registry holds a newer connection of the same node: it is
+// replaced when the session is the same, when the stored row is not
+// connected or has not been seen for staleAfter, or when the new session
+// started later. That way a replica that lost a node, or that learns of a
+// disconnect late, never overwrites the replica that now holds it. Of
+// several rows with one id, the last wins.
+func (s *Store) SaveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {
+	if len(nodes) == 0 {
+		return nil
 	}
-	row := nodeRow{
-		ID: n.ID, AppliedVersion: n.AppliedVersion, Status: n.Status, Labels: string(labels), Build: n.Build,
-		Address: n.Address, ConnectedSince: n.ConnectedSince, LastSeen: n.LastSeen.UTC(),
-		NackVersion: n.NackVersion, NackError: n.NackError,
+	// ON CONFLICT cannot touch one row twice in a statement.
+	last := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		last[n.ID] = i
 	}
-	err = s.db.WithContext(ctx).Clauses(clause.OnConflict{UpdateAll: true}).Create(&row).Error
-	if err != nil {
-		return fmt.Errorf("save node %q: %w", n.ID, err)
+	rows := make([]Node, 0, len(last))
+	for i, n := range nodes {
+		if last[n.ID] == i {
+			rows = append(rows, n)
+		}
+	}
+	for start := 0; start < len(rows); start += saveNodesBatch {
+		if err := s.saveNodes(ctx, rows[start:min(start+saveNodesBatch, len(rows))], staleAfter); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// ListNodes returns every known node, by id.
+func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {
+	var q strings.Builder
+	q.WriteString("INSERT INTO nodes AS n (" + strings.Join(nodeColumns, ", ") + ") VALUES ")
+	args := make([]any, 0, len(nodes)*len(nodeColumns)+1)
+	for i, n := range nodes {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb)")
+		labels := []byte("{}")
+		if len(n.Labels) > 0 {
+			b, err := json.Marshal(n.Labels)
+			if err != nil {
+				return fmt.Errorf("save node %q: encode labels: %w", n.ID, err)
+			}
+			labels = b
+		}
+		var rates *string
+		if n.Rates != nil {
+			b, err := json.Marshal(n.Rates)
+			if err != nil {
+				return fmt.Errorf("save node %q: encode rates: %w", n.ID, err)
+			}
+			s := string(b)
+			rates = &s
+		}
+		args = append(args, n.ID, n.AppliedVersion, n.Status, string(labels), n.Build, n.Address, n.Protocol,
+			utcPtr(n.ConnectedSince), n.LastSeen.UTC(), n.NackVersion, n.NackError, utcPtr(n.NackedAt),
+			n.Session, n.Console, rates)
+	}
+	q.WriteString(" ON CONFLICT (id) DO UPDATE SET ")
+	for i, c := range nodeColumns[1:] {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(c + " = EXCLUDED." + c)
+	}
+	q.WriteString(` WHERE n.session_id = EXCLUDED.session_id
+		OR n.status <> 'connected'
+		OR n.connected_since IS NULL
+		OR EXCLUDED.connected_since > n.connected_since
+		OR n.last_seen < now() - make_interval(secs => ?)`)
+	args = append(args, staleAfter.Seconds())
+	if err := s.db.WithContext(ctx).Exec(q.String(), args...).Error; err != nil {
+		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
+	}
+	return nil
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// ListNodes returns every known node, by id, as stored.
 func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	var rows []nodeRow
 	if err := s.db.WithContext(ctx).Order("id").Find(&rows).Error; err != nil {
@@ -71,9 +181,55 @@ func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	out := make([]Node, len(rows))
 	for i, r := range rows {
 		n := Node{ID: r.ID, AppliedVersion: r.AppliedVersion, Status: r.Status, Build: r.Build, Address: r.Address,
-			ConnectedSince: r.ConnectedSince, LastSeen: r.LastSeen, NackVersion: r.NackVersion, NackError: r.NackError}
-		_ = json.Unmarshal([]byte(r.Labels), &n.Labels)
+			Protocol: r.Protocol, ConnectedSince: r.ConnectedSince, LastSeen: r.LastSeen, NackVersion: r.NackVersion,
+			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID}
+		if err := json.Unmarshal([]byte(r.Labels), &n.Labels); err != nil {
+			return nil, fmt.Errorf("list nodes: node %q labels: %w", r.ID, err)
+		}
+		if r.Rates != nil {
+			n.Rates = &NodeRates{}
+			if err := json.Unmarshal([]byte(*r.Rates), n.Rates); err != nil {
+				return nil, fmt.Errorf("list nodes: node %q rates: %w", r.ID, err)
+			}
+		}
 		out[i] = n
 	}
 	return out, nil
+}
+
+// VersionCounts says how many connected nodes run each version.
+type VersionCounts struct {
+	Connected int
+	ByVersion map[int64]int // applied version → nodes running it
+}
+
+// AppliedCounts counts the connected nodes by the version they run. A node
+// counts as connected when its row says so and it was seen at or after
+// seenAfter (a replica that died cannot mark its nodes disconnected).
+func (s *Store) AppliedCounts(ctx context.Context, seenAfter time.Time) (VersionCounts, error) {
+	var rows []struct {
+		AppliedVersion int64
+		Nodes          int
+	}
+	err := s.db.WithContext(ctx).Raw(`SELECT applied_version, count(*) AS nodes FROM nodes
+		WHERE status = ? AND last_seen >= ? GROUP BY applied_version`, NodeConnected, seenAfter.UTC()).Scan(&rows).Error
+	if err != nil {
+		return VersionCounts{}, fmt.Errorf("count nodes by version: %w", err)
+	}
+	out := VersionCounts{ByVersion: make(map[int64]int, len(rows))}
+	for _, r := range rows {
+		out.ByVersion[r.AppliedVersion] = r.Nodes
+		out.Connected += r.Nodes
+	}
+	return out, nil
+}
+
+// DeleteNodesSeenBefore forgets nodes not seen since before and returns how
+// many it removed.
+func (s *Store) DeleteNodesSeenBefore(ctx context.Context, before time.Time) (int64, error) {
+	res := s.db.WithContext(ctx).Exec("DELETE FROM nodes WHERE last_seen < ?", before.UTC())
+	if res.Error != nil {
+		return 0, fmt.Errorf("delete old nodes: %w", res.Error)
+	}
+	return res.RowsAffected, nil
 }

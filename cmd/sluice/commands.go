@@ -57,7 +57,7 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 }
 
 func enforcerFlags(fs *flagSet, cfg *enforcer.Config) {
-	fs.string(&cfg.ConsoleURL, "console-url", "SLUICE_CONSOLE_URL", "http://127.0.0.1:8080", "console base URL")
+	fs.string(&cfg.ConsoleURL, "console-url", "SLUICE_CONSOLE_URL", "http://127.0.0.1:8080", "console base URL; several replicas: comma-separated URLs, tried in order")
 	fs.string(&cfg.NodeToken, "node-token", "SLUICE_NODE_TOKEN", "", "API token with role node")
 	host, _ := os.Hostname()
 	fs.string(&cfg.NodeID, "node-id", "SLUICE_NODE_ID", host, "this node's id, unique among enforcers")

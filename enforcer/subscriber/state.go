@@ -27,6 +27,7 @@ func (s *Subscriber) LoadState() (int64, error) {
 	if s.cfg.StateDir == "" {
 		return 0, ErrNoState
 	}
+	removeTemps(s.cfg.StateDir)
 	path := filepath.Join(s.cfg.StateDir, StateFile)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -53,6 +54,18 @@ func (s *Subscriber) LoadState() (int64, error) {
 	return snap.Version, nil
 }
 
+// removeTemps deletes temporary files that a write interrupted by a crash
+// left behind; the state file itself is always whole.
+func removeTemps(dir string) {
+	temps, _ := filepath.Glob(filepath.Join(dir, tempPattern(StateFile)))
+	for _, t := range temps {
+		os.Remove(t)
+	}
+}
+
+// tempPattern is the os.CreateTemp pattern of name's temporary files.
+func tempPattern(name string) string { return "." + name + ".*.tmp" }
+
 // persist writes snap to the state dir atomically: a temporary file in the
 // same directory, fsynced, renamed over the old one, then the directory
 // fsynced so the rename itself survives a crash.
@@ -71,7 +84,7 @@ func writeFileAtomic(dir, name string, data []byte) (err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp")
+	tmp, err := os.CreateTemp(dir, tempPattern(name))
 	if err != nil {
 		return fmt.Errorf("create temp file: %w", err)
 	}

@@ -1,8 +1,12 @@
 // Package subscriber keeps an enforcer's ruleset in step with the console:
 // it holds the node's websocket subscription (/api/v1/nodes/stream), applies
 // each snapshot the console pushes to the engine atomically, answers with an
-// ack or a nack, and keeps the last applied snapshot on disk so that a node
-// restarted while the console is down enforces at once.
+// ack or a nack, reports decision stats every second, and keeps the last
+// applied snapshot on disk so that a node restarted while the console is
+// down enforces at once.
+//
+// Given several console replicas, it holds one subscription at a time and
+// moves to the next replica when its own goes away or cannot be reached.
 //
 // It is the only package of the node that imports the websocket library.
 package subscriber
@@ -33,9 +37,10 @@ const StreamPath = "/api/v1/nodes/stream"
 
 // Timing defaults.
 const (
-	DefaultPingInterval = 15 * time.Second
-	DefaultMinBackoff   = 100 * time.Millisecond
-	DefaultMaxBackoff   = 10 * time.Second
+	DefaultPingInterval  = 15 * time.Second
+	DefaultMinBackoff    = 100 * time.Millisecond
+	DefaultMaxBackoff    = 10 * time.Second
+	DefaultStatsInterval = time.Second
 	// writeTimeout bounds sending one message (hello, ack, nack) and one
 	// ping round trip.
 	writeTimeout = 10 * time.Second
@@ -43,10 +48,18 @@ const (
 	dialTimeout = 15 * time.Second
 )
 
+// StatsSource returns the decisions counted since its previous call (since
+// the node started, for the first call), one entry per rule that decided
+// something. The subscriber calls it once per stats interval while it is
+// connected and sends the result to the console.
+type StatsSource func() []wire.RuleStats
+
 // Config configures a Subscriber.
 type Config struct {
-	// ConsoleURL is the console's base URL (http, https, ws or wss); the
-	// stream path is appended to its path.
+	// ConsoleURL is the console's base URL (http, https, ws or wss), or
+	// several replicas' base URLs separated by commas; the stream path is
+	// appended to each one's path. Replicas are tried in order, starting
+	// with the first.
 	ConsoleURL string
 	// NodeToken is sent as "Authorization: Bearer <token>".
 	NodeToken string
@@ -63,16 +76,24 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the reconnect delay (exponential with
 	// full jitter; defaults DefaultMinBackoff and DefaultMaxBackoff).
 	MinBackoff, MaxBackoff time.Duration
+	// StatsSource, when set, is reported to the console every
+	// StatsInterval (DefaultStatsInterval when zero).
+	StatsSource   StatsSource
+	StatsInterval time.Duration
 	// HTTPClient dials the websocket; nil means http.DefaultClient.
 	HTTPClient *http.Client
 }
 
 // Subscriber is a node's subscription to the console.
 type Subscriber struct {
-	cfg       Config
-	streamURL string
-	eng       *engine.Engine
-	log       *slog.Logger
+	cfg     Config
+	urls    []string // stream URLs of the console replicas
+	eng     *engine.Engine
+	log     *slog.Logger
+	started time.Time
+
+	statsMu sync.Mutex
+	statsAt time.Time // when StatsSource was last called
 
 	mu       sync.Mutex // serialises applying snapshots
 	applied  int64      // version applied, guarded by mu
@@ -85,9 +106,13 @@ type Subscriber struct {
 // New returns a Subscriber that applies snapshots to eng. It validates the
 // console URL; nothing is dialled until Run.
 func New(cfg Config, eng *engine.Engine, log *slog.Logger) (*Subscriber, error) {
-	u, err := streamURL(cfg.ConsoleURL)
-	if err != nil {
-		return nil, err
+	var urls []string
+	for _, raw := range strings.Split(cfg.ConsoleURL, ",") {
+		u, err := streamURL(raw)
+		if err != nil {
+			return nil, err
+		}
+		urls = append(urls, u)
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = DefaultPingInterval
@@ -101,10 +126,14 @@ func New(cfg Config, eng *engine.Engine, log *slog.Logger) (*Subscriber, error) 
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = cfg.MinBackoff
 	}
+	if cfg.StatsInterval <= 0 {
+		cfg.StatsInterval = DefaultStatsInterval
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Subscriber{cfg: cfg, streamURL: u, eng: eng, log: log}, nil
+	now := time.Now()
+	return &Subscriber{cfg: cfg, urls: urls, eng: eng, log: log, started: now, statsAt: now}, nil
 }
 
 // streamURL turns the console base URL into the websocket URL of the stream.
@@ -148,20 +177,43 @@ func (s *Subscriber) LastContact() time.Time {
 	return time.Unix(0, n)
 }
 
+// ContactAge returns how long ago the console was last heard from; since
+// the subscriber was created when it never was.
+func (s *Subscriber) ContactAge() time.Duration {
+	if t := s.LastContact(); !t.IsZero() {
+		return time.Since(t)
+	}
+	return time.Since(s.started)
+}
+
 // Connected reports whether the subscription is currently established.
 func (s *Subscriber) Connected() bool { return s.connected.Load() }
 
 func (s *Subscriber) touch() { s.lastContact.Store(time.Now().UnixNano()) }
 
-// Run keeps the subscription up until ctx is done, reconnecting with
-// exponential backoff and full jitter; the backoff restarts after a
-// connection that got as far as sending Hello. It returns nil when ctx ends.
+// Run keeps the subscription up until ctx is done. After each failure it
+// moves to the next console replica and waits with exponential backoff
+// and full jitter; the backoff restarts after a connection that got as far
+// as sending Hello (unless the console then refused the node). It returns
+// nil when ctx ends.
 func (s *Subscriber) Run(ctx context.Context) error {
-	attempt := 0
+	attempt, next := 0, 0
 	for {
-		connected, err := s.session(ctx)
+		target := s.urls[next]
+		next = (next + 1) % len(s.urls)
+		connected, err := s.session(ctx, target)
 		if ctx.Err() != nil {
 			return nil
+		}
+		switch websocket.CloseStatus(err) {
+		case wire.CloseUnsupportedProtocol:
+			s.log.ErrorContext(ctx, "console refused this node's protocol version; upgrade the node or the console",
+				"console_url", target, "protocol", wire.ProtocolVersion, "error", err)
+			connected = false
+		case wire.CloseReplaced:
+			s.log.ErrorContext(ctx, "another node connected with the same node id; node ids must be unique",
+				"console_url", target, "node_id", s.cfg.NodeID)
+			connected = false
 		}
 		if connected {
 			attempt = 0
@@ -169,7 +221,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		delay := s.backoff(attempt)
 		attempt++
 		s.log.WarnContext(ctx, "console subscription lost; reconnecting",
-			"console_url", s.cfg.ConsoleURL, "retry_in", delay.Round(time.Millisecond).String(), "error", err)
+			"console_url", target, "next_console_url", s.urls[next], "retry_in", delay.Round(time.Millisecond).String(), "error", err)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -191,9 +243,9 @@ func (s *Subscriber) backoff(attempt int) time.Duration {
 
 // session runs one connection until it fails or ctx ends. connected reports
 // whether the handshake and Hello succeeded.
-func (s *Subscriber) session(ctx context.Context) (connected bool, err error) {
+func (s *Subscriber) session(ctx context.Context, target string) (connected bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	conn, resp, err := websocket.Dial(dctx, s.streamURL, &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(dctx, target, &websocket.DialOptions{
 		HTTPClient: s.cfg.HTTPClient,
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + s.cfg.NodeToken}},
 	})
@@ -238,9 +290,12 @@ func (s *Subscriber) session(ctx context.Context) (connected bool, err error) {
 	s.touch()
 	s.connected.Store(true)
 	defer s.connected.Store(false)
-	s.log.InfoContext(ctx, "subscribed to console", "console_url", s.cfg.ConsoleURL, "applied_version", s.AppliedVersion())
+	s.log.InfoContext(ctx, "subscribed to console", "console_url", target, "applied_version", s.AppliedVersion())
 
 	go s.keepalive(cctx, conn)
+	if s.cfg.StatsSource != nil {
+		go s.reportStats(cctx, conn)
+	}
 
 	for {
 		typ, data, err := conn.Read(cctx)
@@ -292,6 +347,44 @@ func (s *Subscriber) keepalive(ctx context.Context, conn *websocket.Conn) {
 		}
 		s.touch()
 	}
+}
+
+// reportStats sends the StatsSource's counts every StatsInterval until ctx
+// ends. A failed send closes the connection, which ends the session.
+func (s *Subscriber) reportStats(ctx context.Context, conn *websocket.Conn) {
+	t := time.NewTicker(s.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		data, err := encodeStats(s.stats())
+		if err == nil {
+			wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+			err = conn.Write(wctx, websocket.MessageText, data)
+			cancel()
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				conn.Close(websocket.StatusGoingAway, "cannot send stats")
+			}
+			return
+		}
+	}
+}
+
+// stats drains the StatsSource into one message covering the time since
+// the previous drain.
+func (s *Subscriber) stats() wire.Stats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	rules := s.cfg.StatsSource()
+	now := time.Now()
+	ms := max(now.Sub(s.statsAt).Milliseconds(), 1)
+	s.statsAt = now
+	return wire.Stats{Type: wire.TypeStats, IntervalMS: ms, Rules: rules}
 }
 
 func (s *Subscriber) send(ctx context.Context, conn *websocket.Conn, msg any) error {

@@ -1,6 +1,19 @@
 // Package wire defines the messages the console and the enforcers exchange
 // over the push websocket (/api/v1/nodes/stream). Both sides import this one
 // definition. Every message is a JSON object with a "type" field.
+//
+// The conversation: the node sends Hello; the console answers with a
+// Snapshot whenever the node is behind; the node answers each snapshot with
+// Ack or Nack and sends Stats every second. Websocket ping/pong keeps the
+// connection alive both ways. The console closes a connection with one of
+// the Close* codes (or a standard websocket code) and a human-readable
+// reason.
+//
+// Compatibility: ProtocolVersion is the protocol's major version; the
+// console refuses a Hello with a major version it does not speak. Within one
+// major version, new optional fields and new message types may be added:
+// receivers ignore unknown fields, and Decode reports unknown types with
+// ErrUnknownType so a receiver can skip them.
 package wire
 
 import (
@@ -13,11 +26,32 @@ import (
 	"strings"
 )
 
-// ProtocolVersion is the version of this protocol a node speaks in Hello.
+// ProtocolVersion is the major version of this protocol, sent in Hello.
 const ProtocolVersion = 1
 
-// MaxMessageBytes bounds one websocket message in either direction.
-const MaxMessageBytes = 16 << 20
+// Message size limits, enforced by the receiving side as its websocket
+// read limit.
+const (
+	// MaxMessageBytes bounds a message from the console to a node (a
+	// snapshot holds every domain's YAML).
+	MaxMessageBytes = 16 << 20
+	// MaxNodeMessageBytes bounds a message from a node to the console
+	// (hello, ack, nack, stats).
+	MaxNodeMessageBytes = 1 << 20
+)
+
+// Websocket close codes (RFC 6455 private range) the console uses, beside
+// the standard ones (1001 going away, 1008 policy violation for a malformed
+// message, 1009 message too big, 1013 try again later for a node that fell
+// too far behind).
+const (
+	// CloseUnsupportedProtocol: Hello carried a protocol major version the
+	// console does not speak.
+	CloseUnsupportedProtocol = 4001
+	// CloseReplaced: another connection with the same node id reached this
+	// console; the newer one wins.
+	CloseReplaced = 4002
+)
 
 // Message types.
 const (
@@ -30,12 +64,54 @@ const (
 
 // Hello is the first message a node sends after connecting.
 type Hello struct {
-	Type           string            `json:"type"`
-	Protocol       int               `json:"protocol"`
-	NodeID         string            `json:"node_id"`
+	Type     string `json:"type"`
+	Protocol int    `json:"protocol"`
+	NodeID   string `json:"node_id"`
+	// AppliedVersion is the version the node enforces (0: none); the
+	// console sends a snapshot only when it has a newer one.
 	AppliedVersion int64             `json:"applied_version"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	Build          string            `json:"build,omitempty"`
+}
+
+// Limits on what a Hello may carry, checked by Hello.Validate.
+const (
+	MaxNodeIDBytes = 256
+	MaxLabels      = 64
+	MaxLabelBytes  = 256 // per key and per value
+	MaxBuildBytes  = 256
+)
+
+// CheckProtocol returns an error naming both versions when a node's
+// protocol major version is not the one this build speaks.
+func CheckProtocol(v int) error {
+	if v != ProtocolVersion {
+		return fmt.Errorf("unsupported protocol version %d: this console speaks version %d", v, ProtocolVersion)
+	}
+	return nil
+}
+
+// Validate checks a Hello's fields (not its protocol version; see
+// CheckProtocol).
+func (h *Hello) Validate() error {
+	switch {
+	case h.NodeID == "":
+		return errors.New("hello: node_id is required")
+	case len(h.NodeID) > MaxNodeIDBytes:
+		return fmt.Errorf("hello: node_id is over %d bytes", MaxNodeIDBytes)
+	case h.AppliedVersion < 0:
+		return fmt.Errorf("hello: applied_version %d is negative", h.AppliedVersion)
+	case len(h.Labels) > MaxLabels:
+		return fmt.Errorf("hello: more than %d labels", MaxLabels)
+	case len(h.Build) > MaxBuildBytes:
+		return fmt.Errorf("hello: build is over %d bytes", MaxBuildBytes)
+	}
+	for k, v := range h.Labels {
+		if k == "" || len(k) > MaxLabelBytes || len(v) > MaxLabelBytes {
+			return fmt.Errorf("hello: label %q: keys must be 1-%d bytes, values at most %d", truncate(k, 40), MaxLabelBytes, MaxLabelBytes)
+		}
+	}
+	return nil
 }
 
 // DomainConfig is one domain's YAML source inside a snapshot.
@@ -46,11 +122,14 @@ type DomainConfig struct {
 
 // Snapshot carries a whole ruleset version to a node.
 type Snapshot struct {
-	Type      string         `json:"type"`
-	Version   int64          `json:"version"`
-	Checksum  string         `json:"checksum"`
-	Domains   []DomainConfig `json:"domains"`
-	NodeCount int            `json:"node_count"`
+	Type     string         `json:"type"`
+	Version  int64          `json:"version"`
+	Checksum string         `json:"checksum"`
+	Domains  []DomainConfig `json:"domains"`
+	// NodeCount is how many nodes were connected to the console replicas
+	// when this version was first sent; it is not updated as nodes come
+	// and go.
+	NodeCount int `json:"node_count"`
 }
 
 // Ack reports that a node applied a version.
@@ -66,7 +145,14 @@ type Nack struct {
 	Error   string `json:"error"`
 }
 
-// RuleStats counts one rule's decisions over one stats interval.
+// ValueCount is a descriptor value and how many times a rule limited it.
+type ValueCount struct {
+	Value string `json:"value"`
+	Count int64  `json:"count"`
+}
+
+// RuleStats counts one rule's decisions over one stats interval. Rule is the
+// limit's name (rules.Limit.Name).
 type RuleStats struct {
 	Domain        string `json:"domain"`
 	Rule          string `json:"rule"`
@@ -74,13 +160,43 @@ type RuleStats struct {
 	Limited       int64  `json:"limited"`
 	ShadowLimited int64  `json:"shadow_limited"`
 	StoreErrors   int64  `json:"store_errors"`
+	// TopLimited lists the descriptor values this rule limited most in the
+	// interval, most first (at most MaxTopValues), when the node tracks
+	// them.
+	TopLimited []ValueCount `json:"top_limited,omitempty"`
 }
 
-// Stats is a node's periodic report of its decisions.
+// Limits on a Stats message, checked by Stats.Validate.
+const (
+	MaxStatsRules = 10000
+	MaxTopValues  = 10
+)
+
+// Stats is a node's periodic report of its decisions since its previous
+// report. IntervalMS is the time that report covers.
 type Stats struct {
 	Type       string      `json:"type"`
 	IntervalMS int64       `json:"interval_ms"`
 	Rules      []RuleStats `json:"rules,omitempty"`
+}
+
+// Validate checks a Stats message's bounds.
+func (s *Stats) Validate() error {
+	switch {
+	case s.IntervalMS <= 0:
+		return fmt.Errorf("stats: interval_ms %d must be positive", s.IntervalMS)
+	case len(s.Rules) > MaxStatsRules:
+		return fmt.Errorf("stats: more than %d rules", MaxStatsRules)
+	}
+	for i, r := range s.Rules {
+		if r.Allowed < 0 || r.Limited < 0 || r.ShadowLimited < 0 || r.StoreErrors < 0 {
+			return fmt.Errorf("stats: rules[%d]: negative count", i)
+		}
+		if len(r.TopLimited) > MaxTopValues {
+			return fmt.Errorf("stats: rules[%d]: more than %d top values", i, MaxTopValues)
+		}
+	}
+	return nil
 }
 
 // Checksum is the SHA-256 over a ruleset's domains, independent of their order.
@@ -118,10 +234,17 @@ func Decode(data []byte) (any, error) {
 	case TypeStats:
 		msg = &Stats{}
 	default:
-		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, head.Type)
+		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, truncate(head.Type, 40))
 	}
 	if err := json.Unmarshal(data, msg); err != nil {
 		return nil, fmt.Errorf("decode %s message: %w", head.Type, err)
 	}
 	return msg, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -1,0 +1,76 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluicehq/sluice/backend/hub"
+	"github.com/sluicehq/sluice/backend/store"
+)
+
+// listNodes serves the node registry: every enforcer the console knows,
+// with the version it runs, the version it rejected and why, when it was
+// last seen and its live decision rates. ?status=connected or
+// ?status=disconnected filters.
+func (a *API) listNodes(c *gin.Context) {
+	status := c.Query("status")
+	if status != "" && status != store.NodeConnected && status != store.NodeDisconnected {
+		a.fail(c, httpError(http.StatusBadRequest, "bad_request", "status must be connected or disconnected"))
+		return
+	}
+	// The request's context, not gin's: a pooled gin.Context must not
+	// outlive the handler inside database/sql.
+	ctx := c.Request.Context()
+	nodes, err := a.hub.Nodes(ctx)
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	current, err := a.store.CurrentVersion(ctx)
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	out := make([]store.Node, 0, len(nodes))
+	for _, n := range nodes {
+		if status == "" || n.Status == status {
+			out = append(out, n)
+		}
+	}
+	c.JSON(http.StatusOK, gin.H{"nodes": out, "current_version": current})
+}
+
+// nodeStream is the enforcers' subscription websocket; the node token was
+// checked before the upgrade.
+func (a *API) nodeStream(c *gin.Context) {
+	a.hub.Serve(c.Writer, c.Request)
+}
+
+// versionView is a version with how many of the connected nodes run it.
+// AppliedBy and Connected are null when they could not be counted.
+type versionView struct {
+	store.Version
+	AppliedBy *int `json:"applied_by"`
+	Connected *int `json:"connected"`
+}
+
+// withApplied adds to each version how many connected nodes run it. The
+// counts are secondary: if they cannot be read, the versions are returned
+// without them and the error is logged.
+func (a *API) withApplied(c *gin.Context, vs ...store.Version) []versionView {
+	out := make([]versionView, len(vs))
+	counts, err := a.store.AppliedCounts(c.Request.Context(), time.Now().Add(-hub.StaleAfter))
+	if err != nil {
+		a.log.WarnContext(c, "count nodes by version", "error", err)
+	}
+	for i, v := range vs {
+		out[i].Version = v
+		if err == nil {
+			applied, connected := counts.ByVersion[v.Version], counts.Connected
+			out[i].AppliedBy, out[i].Connected = &applied, &connected
+		}
+	}
+	return out
+}

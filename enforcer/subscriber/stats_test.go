@@ -1,0 +1,150 @@
+package subscriber_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/enforcer/subscriber"
+	"github.com/sluicehq/sluice/rules/wire"
+)
+
+func newSubscriber(urls string) (*subscriber.Subscriber, error) {
+	return subscriber.New(subscriber.Config{ConsoleURL: urls}, engine.New(nil, ""), nil)
+}
+
+// TestSubscribeSendsStats checks that a node reports its StatsSource to the
+// console every interval, each report covering the time since the last.
+func TestSubscribeSendsStats(t *testing.T) {
+	c := newConsole(t)
+	var calls atomic.Int64
+	sub, err := subscriber.New(subscriber.Config{
+		ConsoleURL: c.srv.URL, NodeToken: token, NodeID: "node-1",
+		StatsInterval: 20 * time.Millisecond,
+		StatsSource: func() []wire.RuleStats {
+			n := calls.Add(1)
+			return []wire.RuleStats{{Domain: "api", Rule: "per-key", Allowed: n, Limited: 1,
+				TopLimited: []wire.ValueCount{{Value: "k1", Count: 1}}}}
+		},
+	}, engine.New(nil, ""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	cc := c.accept()
+	for want := int64(1); want <= 3; want++ {
+		msg := cc.recv()
+		st, ok := msg.(*wire.Stats)
+		if !ok {
+			t.Fatalf("got %T, want stats", msg)
+		}
+		if err := st.Validate(); err != nil {
+			t.Fatalf("invalid stats: %v", err)
+		}
+		if len(st.Rules) != 1 || st.Rules[0].Allowed != want || st.Rules[0].TopLimited[0].Value != "k1" {
+			t.Fatalf("stats %+v, want call %d's counts", st, want)
+		}
+	}
+}
+
+func TestMetricStats(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rule_decisions_total", Help: "h"},
+		[]string{"domain", "rule", "result"})
+	other := prometheus.NewCounter(prometheus.CounterOpts{Name: "other_total", Help: "h"})
+	reg.MustRegister(decisions, other)
+	source := subscriber.MetricStats(reg, "rule_decisions_total")
+
+	decisions.WithLabelValues("api", "per-key", "allowed").Add(10)
+	decisions.WithLabelValues("api", "per-key", "limited").Add(2)
+	decisions.WithLabelValues("api", "per-key", "shadow_limited").Add(1)
+	decisions.WithLabelValues("web", "per-ip", "store_error").Add(3)
+	other.Add(100)
+	want := []wire.RuleStats{
+		{Domain: "api", Rule: "per-key", Allowed: 10, Limited: 2, ShadowLimited: 1},
+		{Domain: "web", Rule: "per-ip", StoreErrors: 3},
+	}
+	if diff := cmp.Diff(want, source()); diff != "" {
+		t.Errorf("first call (-want +got):\n%s", diff)
+	}
+
+	// The next call reports only what was added since.
+	decisions.WithLabelValues("api", "per-key", "allowed").Add(5)
+	want = []wire.RuleStats{{Domain: "api", Rule: "per-key", Allowed: 5}}
+	if diff := cmp.Diff(want, source()); diff != "" {
+		t.Errorf("second call (-want +got):\n%s", diff)
+	}
+	if got := source(); len(got) != 0 {
+		t.Errorf("third call with no decisions: %+v, want none", got)
+	}
+}
+
+func TestEncodeStatsFitsLimits(t *testing.T) {
+	long := strings.Repeat("v", 300)
+	many := func(n, top int) []wire.RuleStats {
+		rules := make([]wire.RuleStats, n)
+		for i := range rules {
+			rules[i] = wire.RuleStats{Domain: "api", Rule: strings.Repeat("r", 100), Allowed: int64(i)}
+			for range top {
+				rules[i].TopLimited = append(rules[i].TopLimited, wire.ValueCount{Value: long, Count: 1})
+			}
+		}
+		return rules
+	}
+	tests := []struct {
+		name      string
+		rules     []wire.RuleStats
+		wantRules int // -1: fewer than given, busiest kept
+		wantTop   bool
+	}{
+		{"small", many(3, 2), 3, true},
+		{"too many top values", many(1, wire.MaxTopValues+5), 1, true},
+		{"too many rules", many(wire.MaxStatsRules+10, 0), -1, false},
+		{"too many bytes with top values", many(2000, wire.MaxTopValues), 2000, false},
+		{"too many bytes without", func() []wire.RuleStats {
+			r := many(5000, 0)
+			for i := range r {
+				r[i].Rule = long
+			}
+			return r
+		}(), -1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, err := subscriber.EncodeStats(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000, Rules: tt.rules})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(data) > wire.MaxNodeMessageBytes {
+				t.Fatalf("%d bytes, over the %d limit", len(data), wire.MaxNodeMessageBytes)
+			}
+			var got wire.Stats
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatal(err)
+			}
+			if err := got.Validate(); err != nil {
+				t.Fatalf("console would refuse it: %v", err)
+			}
+			switch {
+			case tt.wantRules >= 0 && len(got.Rules) != tt.wantRules:
+				t.Errorf("%d rules, want %d", len(got.Rules), tt.wantRules)
+			case tt.wantRules < 0 && (len(got.Rules) == 0 || len(got.Rules) >= len(tt.rules) || got.Rules[0].Allowed != int64(len(tt.rules)-1)):
+				t.Errorf("%d rules (first allowed %d), want fewer than %d, busiest first", len(got.Rules), got.Rules[0].Allowed, len(tt.rules))
+			}
+			if hasTop := len(got.Rules) > 0 && len(got.Rules[0].TopLimited) > 0; hasTop != tt.wantTop {
+				t.Errorf("top values kept %v, want %v", hasTop, tt.wantTop)
+			}
+		})
+	}
+}
