@@ -41,7 +41,7 @@ var auditColumns = []string{"id", "at", "actor", "action", "target", "before", "
 // size, not the total.
 func (a *API) exportAudit(c *gin.Context, f store.AuditFilter) {
 	f.Limit = 1000
-	events, next, err := a.store.ListAudit(c, f)
+	events, next, err := a.store.ListAudit(c.Request.Context(), f)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -64,7 +64,7 @@ func (a *API) exportAudit(c *gin.Context, f store.AuditFilter) {
 			return
 		}
 		f.Before = next
-		if events, next, err = a.store.ListAudit(c, f); err != nil {
+		if events, next, err = a.store.ListAudit(c.Request.Context(), f); err != nil {
 			// The status line is out; the client sees a truncated file
 			// without the trailing newline of a complete last row.
 			a.log.ErrorContext(c, "export audit", "request_id", c.GetString("request_id"), "error", err)

@@ -55,7 +55,7 @@ func (a *API) authenticate(c *gin.Context) {
 			a.fail(c, httpError(http.StatusUnauthorized, "unauthorized", "Authorization must be \"Bearer <token>\""))
 			return
 		}
-		tok, err := a.store.FindToken(c, secret)
+		tok, err := a.store.FindToken(c.Request.Context(), secret)
 		if err != nil {
 			a.fail(c, unauthorized(err))
 			return
@@ -65,7 +65,7 @@ func (a *API) authenticate(c *gin.Context) {
 		return
 	}
 	if secret, err := c.Cookie(sessionCookie); err == nil && secret != "" {
-		sess, err := a.store.FindSession(c, secret)
+		sess, err := a.store.FindSession(c.Request.Context(), secret)
 		switch {
 		case err == nil:
 			name := "user:" + sess.User.Username
@@ -143,7 +143,7 @@ func (a *API) allowAttempt(c *gin.Context, username string) bool {
 		{Key: "login:ip:" + c.ClientIP(), Algorithm: rules.TokenBucket, Limit: loginPerIP, Period: time.Minute, Hits: 1},
 		{Key: "login:user:" + strings.ToLower(username), Algorithm: rules.TokenBucket, Limit: loginPerUser, Period: time.Minute, Hits: 1},
 	}
-	ds, err := a.throttle.Take(c, reqs)
+	ds, err := a.throttle.Take(c.Request.Context(), reqs)
 	if err != nil {
 		a.fail(c, err)
 		return false
@@ -183,9 +183,9 @@ func (a *API) login(c *gin.Context) {
 	if !a.allowAttempt(c, req.Username) {
 		return
 	}
-	user, err := a.store.Authenticate(c, req.Username, req.Password)
+	user, err := a.store.Authenticate(c.Request.Context(), req.Username, req.Password)
 	if errors.Is(err, store.ErrBadCredentials) {
-		if rerr := a.store.RecordLogin(c, "auth.login_failed", req.Username, a.actor(c)); rerr != nil {
+		if rerr := a.store.RecordLogin(c.Request.Context(), "auth.login_failed", req.Username, a.actor(c)); rerr != nil {
 			a.fail(c, rerr)
 			return
 		}
@@ -198,7 +198,7 @@ func (a *API) login(c *gin.Context) {
 	}
 	act := a.actor(c)
 	act.Name = "user:" + user.Username
-	secret, csrf, err := a.store.CreateSession(c, user, act)
+	secret, csrf, err := a.store.CreateSession(c.Request.Context(), user, act)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -213,7 +213,7 @@ func (a *API) login(c *gin.Context) {
 func (a *API) logout(c *gin.Context) {
 	p := caller(c)
 	if p.cookie {
-		if err := a.store.DeleteSession(c, p.secret, p.username, a.actor(c)); err != nil {
+		if err := a.store.DeleteSession(c.Request.Context(), p.secret, p.username, a.actor(c)); err != nil {
 			a.fail(c, err)
 			return
 		}
@@ -261,7 +261,7 @@ func (a *API) changePassword(c *gin.Context) {
 	if !a.allowAttempt(c, p.username) {
 		return
 	}
-	err := a.store.ChangePassword(c, p.userID, req.CurrentPassword, req.NewPassword, p.secret, a.actor(c))
+	err := a.store.ChangePassword(c.Request.Context(), p.userID, req.CurrentPassword, req.NewPassword, p.secret, a.actor(c))
 	if errors.Is(err, store.ErrBadCredentials) {
 		a.fail(c, httpError(http.StatusForbidden, "wrong_password", "the current password is wrong"))
 		return

@@ -46,7 +46,7 @@ func (a *API) createChange(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	cr, err := a.store.Propose(c, ch)
+	cr, err := a.store.Propose(c.Request.Context(), ch)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -67,7 +67,7 @@ func (a *API) listChanges(c *gin.Context) {
 		a.fail(c, badRequest("status must be pending, approved or rejected"))
 		return
 	}
-	crs, next, err := a.store.ListChanges(c, f)
+	crs, next, err := a.store.ListChanges(c.Request.Context(), f)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -88,7 +88,7 @@ func (a *API) getChange(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	cr, err := a.store.FindChange(c, id)
+	cr, err := a.store.FindChange(c.Request.Context(), id)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -105,12 +105,12 @@ func (a *API) getChange(c *gin.Context) {
 
 // pendingDiff compares the current ruleset with the one cr would publish.
 func (a *API) pendingDiff(c *gin.Context, cr store.ChangeRequest) ([]domainDiffJSON, error) {
-	cur, err := a.store.FindSnapshot(c, 0)
+	cur, err := a.store.FindSnapshot(c.Request.Context(), 0)
 	if err != nil {
 		return nil, err
 	}
 	if cr.Kind == store.KindRollback {
-		target, err := a.store.FindSnapshot(c, *cr.RollbackOf)
+		target, err := a.store.FindSnapshot(c.Request.Context(), *cr.RollbackOf)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +150,7 @@ func (a *API) approveChange(c *gin.Context) {
 		a.fail(c, badRequest("the message is over 4096 bytes"))
 		return
 	}
-	cr, err := a.store.FindChange(c, id)
+	cr, err := a.store.FindChange(c.Request.Context(), id)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -163,7 +163,7 @@ func (a *API) approveChange(c *gin.Context) {
 			return
 		}
 	}
-	if cr, err = a.store.Approve(c, id, a.actor(c), msg); err != nil {
+	if cr, err = a.store.Approve(c.Request.Context(), id, a.actor(c), msg); err != nil {
 		a.fail(c, err)
 		return
 	}
@@ -189,7 +189,7 @@ func (a *API) rejectChange(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	cr, err := a.store.Reject(c, id, a.actor(c), msg)
+	cr, err := a.store.Reject(c.Request.Context(), id, a.actor(c), msg)
 	if err != nil {
 		a.fail(c, err)
 		return

@@ -42,7 +42,7 @@ func (a *API) snapshot(c *gin.Context, v int64) ([]store.DomainRevision, error) 
 	if v == 0 {
 		return nil, nil // FindSnapshot(0) is the latest; 0 here is "nothing yet"
 	}
-	s, err := a.store.FindSnapshot(c, v)
+	s, err := a.store.FindSnapshot(c.Request.Context(), v)
 	return s.Domains, err
 }
 

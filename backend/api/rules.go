@@ -24,7 +24,7 @@ func domainParam(c *gin.Context) (string, error) {
 }
 
 func (a *API) getRuleset(c *gin.Context) {
-	snap, err := a.store.FindSnapshot(c, 0)
+	snap, err := a.store.FindSnapshot(c.Request.Context(), 0)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -44,7 +44,7 @@ type domainSummary struct {
 }
 
 func (a *API) listDomains(c *gin.Context) {
-	snap, err := a.store.FindSnapshot(c, 0)
+	snap, err := a.store.FindSnapshot(c.Request.Context(), 0)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -66,12 +66,12 @@ func (a *API) getDomain(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	d, err := a.store.FindDomain(c, name)
+	d, err := a.store.FindDomain(c.Request.Context(), name)
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
-	current, err := a.store.CurrentVersion(c)
+	current, err := a.store.CurrentVersion(c.Request.Context())
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -227,9 +227,9 @@ func (a *API) submit(c *gin.Context, ch store.Change) {
 		return
 	}
 	ch.Actor = a.actor(c)
-	v, err := a.store.Publish(c, ch)
+	v, err := a.store.Publish(c.Request.Context(), ch)
 	if errors.Is(err, store.ErrApprovalRequired) {
-		cr, err := a.store.Propose(c, ch)
+		cr, err := a.store.Propose(c.Request.Context(), ch)
 		if err != nil {
 			a.fail(c, err)
 			return
@@ -253,7 +253,7 @@ func (a *API) submit(c *gin.Context, ch store.Change) {
 // committed already, so a failure here is logged, not returned: nodes also
 // catch up when they reconnect.
 func (a *API) notify(c *gin.Context) {
-	if err := a.hub.Notify(c); err != nil {
+	if err := a.hub.Notify(c.Request.Context()); err != nil {
 		a.log.WarnContext(c, "push new version", "error", err)
 	}
 }
@@ -273,7 +273,7 @@ func (a *API) listVersions(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	vs, next, err := a.store.ListVersions(c, f)
+	vs, next, err := a.store.ListVersions(c.Request.Context(), f)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -287,12 +287,12 @@ func (a *API) getVersion(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	meta, err := a.store.FindVersion(c, n)
+	meta, err := a.store.FindVersion(c.Request.Context(), n)
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
-	snap, err := a.store.FindSnapshot(c, n)
+	snap, err := a.store.FindSnapshot(c.Request.Context(), n)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -342,7 +342,7 @@ func (a *API) listAudit(c *gin.Context) {
 		a.fail(c, badRequest("format must be json or csv"))
 		return
 	}
-	events, next, err := a.store.ListAudit(c, f)
+	events, next, err := a.store.ListAudit(c.Request.Context(), f)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -351,7 +351,7 @@ func (a *API) listAudit(c *gin.Context) {
 }
 
 func (a *API) verifyAudit(c *gin.Context) {
-	res, err := a.store.VerifyAudit(c)
+	res, err := a.store.VerifyAudit(c.Request.Context())
 	if err != nil {
 		a.fail(c, err)
 		return

@@ -9,7 +9,7 @@ import (
 )
 
 func (a *API) getSettings(c *gin.Context) {
-	s, err := a.store.FindSettings(c)
+	s, err := a.store.FindSettings(c.Request.Context())
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -31,7 +31,7 @@ func (a *API) putSettings(c *gin.Context) {
 		a.fail(c, badRequest("require_approval is required"))
 		return
 	}
-	s, err := a.store.UpdateSettings(c, store.SettingsUpdate{RequireApproval: req.RequireApproval}, a.actor(c))
+	s, err := a.store.UpdateSettings(c.Request.Context(), store.SettingsUpdate{RequireApproval: req.RequireApproval}, a.actor(c))
 	if err != nil {
 		a.fail(c, err)
 		return

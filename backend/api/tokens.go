@@ -11,7 +11,7 @@ import (
 )
 
 func (a *API) listTokens(c *gin.Context) {
-	tokens, err := a.store.ListTokens(c)
+	tokens, err := a.store.ListTokens(c.Request.Context())
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -50,7 +50,7 @@ func (a *API) createToken(c *gin.Context) {
 		t := time.Now().Add(d).UTC()
 		expires = &t
 	}
-	tok, secret, err := a.store.CreateToken(c, req.Name, req.Role, expires, a.actor(c))
+	tok, secret, err := a.store.CreateToken(c.Request.Context(), req.Name, req.Role, expires, a.actor(c))
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -69,7 +69,7 @@ func (a *API) disableToken(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	tok, err := a.store.DisableToken(c, id, a.actor(c))
+	tok, err := a.store.DisableToken(c.Request.Context(), id, a.actor(c))
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -85,7 +85,7 @@ func (a *API) rotateToken(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	tok, secret, err := a.store.RotateToken(c, id, a.actor(c))
+	tok, secret, err := a.store.RotateToken(c.Request.Context(), id, a.actor(c))
 	if err != nil {
 		a.fail(c, err)
 		return

@@ -38,7 +38,7 @@ func checkRole(role string, node bool) error {
 }
 
 func (a *API) listUsers(c *gin.Context) {
-	users, err := a.store.ListUsers(c)
+	users, err := a.store.ListUsers(c.Request.Context())
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -70,7 +70,7 @@ func (a *API) createUser(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	u, err := a.store.CreateUser(c, req.Username, req.Password, req.Role, a.actor(c))
+	u, err := a.store.CreateUser(c.Request.Context(), req.Username, req.Password, req.Role, a.actor(c))
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -90,7 +90,7 @@ func (a *API) setUserDisabled(c *gin.Context, disabled bool) {
 		a.fail(c, err)
 		return
 	}
-	u, err := a.store.SetUserDisabled(c, id, disabled, a.actor(c))
+	u, err := a.store.SetUserDisabled(c.Request.Context(), id, disabled, a.actor(c))
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -117,7 +117,7 @@ func (a *API) setUserRole(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	u, err := a.store.SetUserRole(c, id, req.Role, a.actor(c))
+	u, err := a.store.SetUserRole(c.Request.Context(), id, req.Role, a.actor(c))
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -146,7 +146,7 @@ func (a *API) resetPassword(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	u, err := a.store.ResetPassword(c, id, req.Password, a.actor(c))
+	u, err := a.store.ResetPassword(c.Request.Context(), id, req.Password, a.actor(c))
 	if err != nil {
 		a.fail(c, err)
 		return
