@@ -198,7 +198,7 @@ func stateKey(req Request) string {
 	if alg == "" {
 		alg = rules.TokenBucket
 	}
-	return req.Key + stateSuffix[alg]
+	return req.Key + algorithms[alg].suffix
 }
 
 func TestTakePeek(t *testing.T) {
@@ -425,7 +425,9 @@ func TestTakeInvalid(t *testing.T) {
 		{"negative burst", func(r *Request) { r.Burst = -1 }, ErrInvalidRequest},
 		{"negative hits", func(r *Request) { r.Hits = -1 }, ErrInvalidRequest},
 		{"unknown algorithm", func(r *Request) { r.Algorithm = "magic" }, ErrUnsupportedAlgorithm},
-		{"not yet implemented", func(r *Request) { r.Algorithm = rules.SlidingWindowLog }, ErrUnsupportedAlgorithm},
+		{"huge limit", func(r *Request) { r.Limit = 1<<53 + 1 }, ErrInvalidRequest},
+		{"negative max delay", func(r *Request) { r.MaxDelay = -1 }, ErrInvalidRequest},
+		{"calendar with an hour", func(r *Request) { r.Algorithm, r.Calendar, r.Period = rules.FixedWindow, true, time.Hour }, ErrInvalidRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -471,29 +473,31 @@ func TestTakeDefaultClient(t *testing.T) {
 }
 
 func TestDecodeMalformed(t *testing.T) {
-	reqs := []Request{{Limit: 1, Burst: 1}}
+	call := func() []*takeCall { return []*takeCall{{specs: []spec{{limit: 1, capacity: 1}}}} }
+	i := func(v int64) any { return v }
 	tests := []struct {
 		name  string
 		reply any
 	}{
 		{"not an array", int64(1)},
-		{"too short", []any{int64(1), int64(0), int64(0)}},
-		{"too long", []any{int64(1), int64(0), int64(0), int64(0), int64(0)}},
-		{"string value", []any{int64(1), "0", int64(0), int64(0)}},
-		{"bad flag", []any{int64(2), int64(0), int64(0), int64(0)}},
+		{"too short", []any{i(1), i(0), i(0), i(0)}},
+		{"too long", []any{i(1), i(0), i(0), i(0), i(0), i(0)}},
+		{"string value", []any{i(1), "0", i(0), i(0), i(0)}},
+		{"bad flag", []any{i(2), i(0), i(0), i(0), i(0)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := decode(tt.reply, reqs); !errors.Is(err, errMalformedReply) {
+			if err := decode(tt.reply, call(), 1); !errors.Is(err, errMalformedReply) {
 				t.Errorf("decode: got %v, want errMalformedReply", err)
 			}
 		})
 	}
-	ds, err := decode([]any{int64(0), int64(3), int64(1 << 62), int64(-5)}, reqs)
-	if err != nil {
+	calls := call()
+	if err := decode([]any{i(0), i(3), i(1 << 62), i(-5), i(-1)}, calls, 1); err != nil {
 		t.Fatalf("decode: %v", err)
 	}
-	if ds[0].ResetAfter != maxMicros*time.Microsecond || ds[0].RetryAfter != 0 {
-		t.Errorf("out-of-range durations not clamped: %+v", ds[0])
+	d := calls[0].ds[0]
+	if d.ResetAfter != maxMicros*time.Microsecond || d.RetryAfter != 0 || d.Delay != 0 || d.Remaining != 1 {
+		t.Errorf("out-of-range values not clamped: %+v", d)
 	}
 }

@@ -1,0 +1,89 @@
+-- sliding_window_log.lua: an exact sliding window. Every admitted hit is
+-- logged with its time; a request is allowed when the hits logged in the
+-- last period, plus its own, stay within limit. The chunk returns the
+-- load/decide/store table take.lua calls for every key whose algorithm is
+-- sliding_window_log.
+--
+-- State: a sorted set with one member per admitted hit, scored by its time
+-- (µs of Redis TIME). A hit at time t counts while t > now - period. Members
+-- are "<t>-<n>": the hits logged at one microsecond are numbered 1, 2, 3...
+-- (ZCOUNT of that score gives the next number, as expired hits are trimmed
+-- by whole scores), so hits in the same microsecond stay distinct.
+--
+-- Memory: hits are logged only when they fit, and every write trims the
+-- expired ones first, so the set never holds more than limit members
+-- (about 20 bytes each; see BENCHMARKS.md). That makes this the algorithm
+-- for small limits: for thousands of hits per window prefer
+-- sliding_window_counter, which keeps three numbers.
+local M = {}
+
+local function us(x)
+	return string.format("%.0f", x)
+end
+
+function M.load(key, now, p)
+	local base = redis.call("ZCOUNT", key, "(" .. us(now - p.period), "+inf")
+	local newest
+	if base > 0 then
+		newest = tonumber(redis.call("ZRANGE", key, -1, -1, "WITHSCORES")[2])
+	end
+	-- base: hits logged in the window; added: hits admitted by this script
+	-- call, all at now, not yet written.
+	return { base = base, added = 0, newest = newest }
+end
+
+function M.decide(key, st, now, p, force)
+	local count = st.base + st.added
+	local newest = st.newest
+	if st.added > 0 then
+		newest = now
+	end
+	local r = { rem0 = p.limit - count, reset0 = 0, delay = 0 }
+	if count > 0 then
+		-- The window is empty once its newest hit has left.
+		r.reset0 = newest + p.period - now
+	end
+	r.allowed = count + p.hits <= p.limit
+	if not r.allowed then
+		local k = count + p.hits - p.limit -- hits that must leave the window first
+		if p.hits > p.limit then
+			r.retry = p.period -- never fits; a whole window is the best to report
+		elseif k <= st.base then
+			-- The k-th oldest logged hit of the window leaves at its time + period.
+			local expired = redis.call("ZCOUNT", key, "-inf", us(now - p.period))
+			local e = redis.call("ZRANGE", key, expired + k - 1, expired + k - 1, "WITHSCORES")
+			r.retry = tonumber(e[2]) + p.period - now
+		else
+			r.retry = p.period -- it is one admitted in this call, at now
+		end
+	end
+	if p.hits > 0 and (r.allowed or force) then
+		r.state = { base = st.base, added = st.added + p.hits, newest = now }
+		r.rem, r.reset = p.limit - count - p.hits, p.period
+	else
+		r.rem, r.reset = r.rem0, r.reset0
+	end
+	return r
+end
+
+function M.store(key, st, now, p)
+	redis.call("ZREMRANGEBYSCORE", key, "-inf", us(now - p.period))
+	local t = us(now)
+	local seq = redis.call("ZCOUNT", key, t, t)
+	local args = {}
+	for i = 1, st.added do
+		args[#args + 1] = t
+		args[#args + 1] = t .. "-" .. us(seq + i)
+		if #args >= 1000 then -- stay far below Lua's unpack limit
+			redis.call("ZADD", key, unpack(args))
+			args = {}
+		end
+	end
+	if #args > 0 then
+		redis.call("ZADD", key, unpack(args))
+	end
+	-- The newest hit leaves the window after one period.
+	redis.call("PEXPIRE", key, math.max(1, math.ceil(p.period / 1000)))
+end
+
+return M
