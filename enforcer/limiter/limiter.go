@@ -175,8 +175,16 @@ func NewRedis(client redis.UniversalClient) *Redis {
 // the keys span slots). An error (invalid request, Redis unreachable or slow)
 // means no decision was made; the caller's failure mode decides.
 func (r *Redis) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
-	return r.take(ctx, reqs, func(ctx context.Context, calls []*takeCall) {
+	if len(reqs) == 0 {
+		return []Decision{}, nil
+	}
+	specs, err := specsOf(reqs)
+	if err != nil {
+		return nil, err
+	}
+	return r.take(ctx, specs, func(ctx context.Context, calls []*takeCall) error {
 		r.exec(ctx, calls, true)
+		return nil
 	})
 }
 
@@ -221,24 +229,21 @@ type takeCall struct {
 	done  chan struct{} // closed by a Batcher when ds or err is set
 }
 
-// runner executes calls, setting each one's ds or err.
-type runner func(ctx context.Context, calls []*takeCall)
+// runner executes calls, setting each one's ds or err. It returns an error
+// only when it stopped waiting (the context ended); the calls must then not
+// be read, as they may still be running.
+type runner func(ctx context.Context, calls []*takeCall) error
 
-// take is Take with the way calls reach Redis left to run: directly (Redis)
-// or through the batching queue (Batcher).
-func (r *Redis) take(ctx context.Context, reqs []Request, run runner) ([]Decision, error) {
-	if len(reqs) == 0 {
-		return []Decision{}, nil
-	}
-	specs, err := specsOf(reqs)
-	if err != nil {
-		return nil, err
-	}
+// take is Take of validated, non-empty specs, with the way calls reach Redis
+// left to run: directly (Redis) or through the batching queue (Batcher).
+func (r *Redis) take(ctx context.Context, specs []spec, run runner) ([]Decision, error) {
 	calls := r.group(specs)
 	if len(calls) == 1 {
 		c := calls[0]
 		c.mode = modeTake
-		run(ctx, calls)
+		if err := run(ctx, calls); err != nil {
+			return nil, err
+		}
 		if c.err != nil {
 			return nil, c.err
 		}
@@ -249,7 +254,9 @@ func (r *Redis) take(ctx context.Context, reqs []Request, run runner) ([]Decisio
 	for _, c := range calls {
 		c.mode = modeCheck
 	}
-	run(ctx, calls)
+	if err := run(ctx, calls); err != nil {
+		return nil, err
+	}
 	if err := firstErr(calls); err != nil {
 		return nil, err
 	}
@@ -262,7 +269,9 @@ func (r *Redis) take(ctx context.Context, reqs []Request, run runner) ([]Decisio
 	for _, c := range calls {
 		c.mode, c.ds, c.err = modeForce, nil, nil
 	}
-	run(ctx, calls)
+	if err := run(ctx, calls); err != nil {
+		return nil, fmt.Errorf("commit on %d cluster slots, outcome unknown: %w", len(calls), err)
+	}
 	if err := firstErr(calls); err != nil {
 		failed := 0
 		for _, c := range calls {

@@ -11,10 +11,11 @@
 -- by whole scores), so hits in the same microsecond stay distinct.
 --
 -- Memory: hits are logged only when they fit, and every write trims the
--- expired ones first, so the set never holds more than limit members
--- (about 20 bytes each; see BENCHMARKS.md). That makes this the algorithm
--- for small limits: for thousands of hits per window prefer
--- sliding_window_counter, which keeps three numbers.
+-- expired ones first, so the set never holds more than limit members:
+-- about 30 bytes per hit up to 128 members (Redis's compact listpack), about
+-- 120 beyond (see BENCHMARKS.md). That makes this the algorithm for small
+-- limits: for thousands of hits per window prefer sliding_window_counter,
+-- which keeps three numbers in ~170 bytes.
 local M = {}
 
 local function us(x)
