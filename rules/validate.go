@@ -32,7 +32,7 @@ var algorithms = []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindo
 // supportedAlgorithms are the algorithms the enforcer implements today. A
 // known algorithm missing here is rejected as "not supported yet"; adding it
 // here is all it takes to accept it.
-var supportedAlgorithms = []Algorithm{TokenBucket}
+var supportedAlgorithms = []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter}
 
 // bucketAlgorithms are the algorithms that have a capacity, so burst means
 // something to them.

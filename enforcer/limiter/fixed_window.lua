@@ -47,21 +47,21 @@ local function civil_from_days(z)
 end
 
 -- window returns the start and end (µs) of the window holding now.
-local function window(now, p)
-	if p.cal == 0 then
-		local start = now - now % p.period
-		return start, start + p.period
+local function window(now, period, cal)
+	if cal == 0 then
+		local start = now - now % period
+		return start, start + period
 	end
 	local days = math.floor(now / DAY)
-	if p.cal == 1 then
+	if cal == 1 then
 		return days * DAY, (days + 1) * DAY
-	elseif p.cal == 2 then
+	elseif cal == 2 then
 		-- 1970-01-01 was a Thursday, three days after a Monday.
 		local monday = days - (days + 3) % 7
 		return monday * DAY, (monday + 7) * DAY
 	end
 	local y, m = civil_from_days(days)
-	if p.cal == 3 then
+	if cal == 3 then
 		local ny, nm = y, m + 1
 		if nm > 12 then
 			ny, nm = y + 1, 1
@@ -82,26 +82,23 @@ function M.load(key)
 	return {}
 end
 
-function M.decide(_, st, now, p, force)
-	local start, stop = window(now, p)
+function M.decide(_, st, now, limit, period, _, hits, cal, _, force)
+	local start, stop = window(now, period, cal)
 	local count = 0
 	if st.start == start then
 		count = st.count
 	end
-	local r = { rem0 = p.limit - count, reset0 = stop - now, delay = 0 }
-	r.allowed = count + p.hits <= p.limit
-	if not r.allowed then
+	local rem0, reset0 = limit - count, stop - now
+	local allowed, retry = count + hits <= limit, 0
+	if not allowed then
 		-- Only a new window makes room (even for hits > limit, which never
 		-- fit: the new window is the best there is to report).
-		r.retry = stop - now
+		retry = stop - now
 	end
-	if p.hits > 0 and (r.allowed or force) then
-		r.state = { start = start, count = count + p.hits, stop = stop }
-		r.rem, r.reset = p.limit - count - p.hits, stop - now
-	else
-		r.rem, r.reset = r.rem0, r.reset0
+	if hits > 0 and (allowed or force) then
+		return allowed, retry, 0, rem0, reset0, { start = start, count = count + hits, stop = stop }, limit - count - hits, reset0
 	end
-	return r
+	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
 end
 
 function M.store(key, st, now)

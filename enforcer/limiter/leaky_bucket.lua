@@ -23,43 +23,40 @@ function M.load(key)
 	return { empty_at = tonumber(redis.call("GET", key)) }
 end
 
-function M.decide(_, st, now, p, force)
-	local emission = p.period / p.limit   -- µs to drain one unit
-	local capacity = emission * p.cap     -- µs of water the bucket holds
+function M.decide(_, st, now, limit, period, cap, hits, _, max_delay, force)
+	local emission = period / limit -- µs to drain one unit
+	local capacity = emission * cap -- µs of water the bucket holds
 	local empty_at = st.empty_at
 	if empty_at == nil or empty_at < now then
 		empty_at = now
 	end
 	-- One microsecond of slack, as in token_bucket.lua.
-	local r = { rem0 = (capacity - (empty_at - now) + 1) / emission, reset0 = empty_at - now, delay = 0 }
+	local rem0, reset0 = (capacity - (empty_at - now) + 1) / emission, empty_at - now
 
-	local increment = emission * p.hits
+	local increment = emission * hits
 	local new_empty_at = empty_at + increment
 	local room = capacity - (new_empty_at - now) -- >= 0: the water fits
 	local ahead = empty_at - now                 -- the wait of a shaped request
-	local shaping = p.max_delay > 0
-	r.allowed = room >= 0 and (not shaping or ahead <= p.max_delay)
-	if not r.allowed then
+	local shaping = max_delay > 0
+	local allowed, retry, delay = room >= 0 and (not shaping or ahead <= max_delay), 0, 0
+	if not allowed then
 		if increment > capacity then
 			-- Never fits: report the time a full bucket takes to drain.
-			r.retry = capacity
+			retry = capacity
 		else
-			r.retry = -room
-			if shaping and ahead - p.max_delay > r.retry then
-				r.retry = ahead - p.max_delay
+			retry = -room
+			if shaping and ahead - max_delay > retry then
+				retry = ahead - max_delay
 			end
 		end
 	end
-	if shaping and p.hits > 0 then
-		r.delay = ahead
+	if shaping and hits > 0 then
+		delay = ahead
 	end
-	if p.hits > 0 and (r.allowed or force) then
-		r.state = { empty_at = new_empty_at }
-		r.rem, r.reset = (room + 1) / emission, new_empty_at - now
-	else
-		r.rem, r.reset = r.rem0, r.reset0
+	if hits > 0 and (allowed or force) then
+		return allowed, retry, delay, rem0, reset0, { empty_at = new_empty_at }, (room + 1) / emission, new_empty_at - now
 	end
-	return r
+	return allowed, retry, delay, rem0, reset0, nil, rem0, reset0
 end
 
 function M.store(key, st, now)

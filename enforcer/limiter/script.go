@@ -59,19 +59,18 @@ var algorithms = map[rules.Algorithm]algorithmInfo{
 	rules.SlidingWindowCounter: {code: "sc", suffix: ":sc", lua: slidingWindowCounterLua},
 }
 
-// argsPerRequest is the number of ARGV values take.lua reads per request.
-const argsPerRequest = 7
-
 // valuesPerRequest is the number of integers take.lua returns per request.
 const valuesPerRequest = 5
 
 var takeScript = redis.NewScript(assemble())
 
-// assemble builds the script source: a local table of algorithm modules,
-// each file wrapped in a function so its locals stay its own, then the driver.
+// assemble builds the script source: each algorithm file wrapped in a
+// function (so its locals stay its own) that builds its module on first use
+// in a call, then the driver. Building only the algorithms a call uses
+// matters: the script body runs on every call.
 func assemble() string {
 	var b strings.Builder
-	b.WriteString("local algorithms = {}\n")
+	b.WriteString("local chunks = {}\n")
 	// Sorted, so every node runs a byte-identical script (one SHA in the cache).
 	codes := make([]string, 0, len(algorithms))
 	byCode := map[string]string{}
@@ -81,8 +80,18 @@ func assemble() string {
 	}
 	slices.Sort(codes)
 	for _, code := range codes {
-		fmt.Fprintf(&b, "algorithms[%q] = (function()\n%s\nend)()\n", code, byCode[code])
+		fmt.Fprintf(&b, "chunks[%q] = function()\n%s\nend\n", code, byCode[code])
 	}
+	b.WriteString(`local algorithms = setmetatable({}, { __index = function(t, code)
+	local chunk = chunks[code]
+	if chunk == nil then
+		return nil
+	end
+	local m = chunk()
+	rawset(t, code, m)
+	return m
+end })
+`)
 	b.WriteString(takeLua)
 	return b.String()
 }
@@ -98,21 +107,67 @@ const (
 // invocation is one script call deciding one or more takeCalls, all on one
 // hash slot.
 type invocation struct {
-	calls []*takeCall
-	keys  []string
-	args  []any
-	n     int // requests
-	cmd   *redis.Cmd
+	calls  []*takeCall
+	keys   []string
+	limits []limitParams // distinct limits, numbered from 1 in the script
+	index  map[limitParams]int
+	takes  []any // the per-Take part of ARGV
+	n      int   // requests
+	cmd    *redis.Cmd
+}
+
+// limitParams is what the script needs to know about a limit besides its key.
+type limitParams struct {
+	code                                        string
+	limit, period, capacity, calendar, maxDelay int64
 }
 
 func (inv *invocation) add(c *takeCall) {
 	inv.calls = append(inv.calls, c)
-	inv.args = append(inv.args, string(rune(c.mode)), len(c.specs))
+	inv.takes = append(inv.takes, string(rune(c.mode)), len(c.specs))
 	for _, s := range c.specs {
 		inv.keys = append(inv.keys, s.key)
-		inv.args = append(inv.args, s.code, s.limit, s.period, s.capacity, s.hits, s.calendar, s.maxDelay)
+		inv.takes = append(inv.takes, inv.limitNumber(s), s.hits)
 	}
 	inv.n += len(c.specs)
+}
+
+// limitNumber returns the script's number for s's limit, adding it if new.
+func (inv *invocation) limitNumber(s spec) int {
+	p := limitParams{s.code, s.limit, s.period, s.capacity, s.calendar, s.maxDelay}
+	if inv.index != nil {
+		if i, ok := inv.index[p]; ok {
+			return i
+		}
+	} else {
+		// Usually a call holds a handful of limits: a scan beats a map.
+		for i, have := range inv.limits {
+			if have == p {
+				return i + 1
+			}
+		}
+	}
+	inv.limits = append(inv.limits, p)
+	i := len(inv.limits)
+	if inv.index != nil {
+		inv.index[p] = i
+	} else if i == 8 {
+		inv.index = make(map[limitParams]int, 16)
+		for j, have := range inv.limits {
+			inv.index[have] = j + 1
+		}
+	}
+	return i
+}
+
+// args returns the script's ARGV.
+func (inv *invocation) args(now string) []any {
+	args := make([]any, 0, 2+6*len(inv.limits)+len(inv.takes))
+	args = append(args, now, len(inv.limits))
+	for _, p := range inv.limits {
+		args = append(args, p.code, p.limit, p.period, p.capacity, p.calendar, p.maxDelay)
+	}
+	return append(args, inv.takes...)
 }
 
 // exec runs calls, one script call each, or, with pack, one script call per
@@ -128,7 +183,7 @@ func (r *Redis) exec(ctx context.Context, calls []*takeCall, pack bool) {
 	for _, c := range calls {
 		inv := open[c.slot]
 		if !pack || inv == nil || len(inv.calls) >= maxTakesPerScript || inv.n+len(c.specs) > maxRequestsPerScript {
-			inv = &invocation{args: []any{now}}
+			inv = &invocation{}
 			invs = append(invs, inv)
 			if pack {
 				open[c.slot] = inv
@@ -137,7 +192,7 @@ func (r *Redis) exec(ctx context.Context, calls []*takeCall, pack bool) {
 		inv.add(c)
 	}
 
-	r.run(ctx, invs)
+	r.run(ctx, invs, now)
 
 	for _, inv := range invs {
 		reply, err := inv.cmd.Result()
@@ -161,18 +216,19 @@ func (r *Redis) exec(ctx context.Context, calls []*takeCall, pack bool) {
 // sends again with EVAL (which loads the script) those that failed with
 // NOSCRIPT: the script cache was flushed or the server restarted. A NOSCRIPT
 // reply means the script did not run, so the retry cannot double-count.
-func (r *Redis) run(ctx context.Context, invs []*invocation) {
+func (r *Redis) run(ctx context.Context, invs []*invocation, now string) {
 	if len(invs) == 1 {
 		inv := invs[0]
-		inv.cmd = takeScript.EvalSha(ctx, r.client, inv.keys, inv.args...)
+		args := inv.args(now)
+		inv.cmd = takeScript.EvalSha(ctx, r.client, inv.keys, args...)
 		if isNoScript(inv.cmd.Err()) {
-			inv.cmd = takeScript.Eval(ctx, r.client, inv.keys, inv.args...)
+			inv.cmd = takeScript.Eval(ctx, r.client, inv.keys, args...)
 		}
 		return
 	}
 	pipe := r.client.Pipeline()
 	for _, inv := range invs {
-		inv.cmd = takeScript.EvalSha(ctx, pipe, inv.keys, inv.args...)
+		inv.cmd = takeScript.EvalSha(ctx, pipe, inv.keys, inv.args(now)...)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	var again []*invocation
@@ -186,7 +242,7 @@ func (r *Redis) run(ctx context.Context, invs []*invocation) {
 	}
 	pipe = r.client.Pipeline()
 	for _, inv := range again {
-		inv.cmd = takeScript.Eval(ctx, pipe, inv.keys, inv.args...)
+		inv.cmd = takeScript.Eval(ctx, pipe, inv.keys, inv.args(now)...)
 	}
 	_, _ = pipe.Exec(ctx)
 }

@@ -33,8 +33,7 @@ local function clear(start, period, cur, prev, now)
 	return 0
 end
 
-function M.decide(_, st, now, p, force)
-	local period = p.period
+function M.decide(_, st, now, limit, period, _, hits, _, _, force)
 	local start = now - now % period
 	local elapsed = now - start
 	local cur, prev = 0, 0
@@ -44,42 +43,40 @@ function M.decide(_, st, now, p, force)
 		prev = st.cur
 	end
 	local estimate = prev * (period - elapsed) / period + cur
-	local r = { rem0 = p.limit - estimate, reset0 = clear(start, period, cur, prev, now), delay = 0 }
-	r.allowed = estimate + p.hits <= p.limit
-	if not r.allowed then
-		local room = p.limit - cur - p.hits -- what the previous window may still weigh
-		if p.hits > p.limit then
+	local rem0, reset0 = limit - estimate, clear(start, period, cur, prev, now)
+	local allowed, retry = estimate + hits <= limit, 0
+	if not allowed then
+		local room = limit - cur - hits -- what the previous window may still weigh
+		if hits > limit then
 			-- Never fits: report the time until the counter is clear.
-			r.retry = r.reset0
-			if r.retry <= 0 then
-				r.retry = period
+			retry = reset0
+			if retry <= 0 then
+				retry = period
 			end
 		elseif room >= 0 then
 			-- prev × (period - t) / period <= room once t >= period × (1 - room / prev);
 			-- prev > 0 here, or the estimate would not exceed limit - hits.
-			r.retry = period - period * room / prev - elapsed
+			retry = period - period * room / prev - elapsed
 		else
 			-- The current window alone is too full: in the next one it is
 			-- the previous, and must weigh at most limit - hits.
-			local room2 = p.limit - p.hits
+			local room2 = limit - hits
 			local t = 0
 			if cur > room2 then
 				t = period - period * room2 / cur
 			end
-			r.retry = start + period - now + t
+			retry = start + period - now + t
 		end
 	end
-	if p.hits > 0 and (r.allowed or force) then
-		r.state = { start = start, cur = cur + p.hits, prev = prev }
-		r.rem, r.reset = p.limit - estimate - p.hits, start + 2 * period - now
-	else
-		r.rem, r.reset = r.rem0, r.reset0
+	if hits > 0 and (allowed or force) then
+		return allowed, retry, 0, rem0, reset0, { start = start, cur = cur + hits, prev = prev },
+			limit - estimate - hits, start + 2 * period - now
 	end
-	return r
+	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
 end
 
-function M.store(key, st, now, p)
-	local ttl = math.max(1, math.ceil((st.start + 2 * p.period - now) / 1000))
+function M.store(key, st, now, period)
+	local ttl = math.max(1, math.ceil((st.start + 2 * period - now) / 1000))
 	redis.call("SET", key, string.format("%.0f:%.0f:%.0f", st.start, st.cur, st.prev), "PX", ttl)
 end
 

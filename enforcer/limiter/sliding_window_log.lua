@@ -22,8 +22,8 @@ local function us(x)
 	return string.format("%.0f", x)
 end
 
-function M.load(key, now, p)
-	local base = redis.call("ZCOUNT", key, "(" .. us(now - p.period), "+inf")
+function M.load(key, now, period)
+	local base = redis.call("ZCOUNT", key, "(" .. us(now - period), "+inf")
 	local newest
 	if base > 0 then
 		newest = tonumber(redis.call("ZRANGE", key, -1, -1, "WITHSCORES")[2])
@@ -33,42 +33,39 @@ function M.load(key, now, p)
 	return { base = base, added = 0, newest = newest }
 end
 
-function M.decide(key, st, now, p, force)
+function M.decide(key, st, now, limit, period, _, hits, _, _, force)
 	local count = st.base + st.added
 	local newest = st.newest
 	if st.added > 0 then
 		newest = now
 	end
-	local r = { rem0 = p.limit - count, reset0 = 0, delay = 0 }
+	local rem0, reset0 = limit - count, 0
 	if count > 0 then
 		-- The window is empty once its newest hit has left.
-		r.reset0 = newest + p.period - now
+		reset0 = newest + period - now
 	end
-	r.allowed = count + p.hits <= p.limit
-	if not r.allowed then
-		local k = count + p.hits - p.limit -- hits that must leave the window first
-		if p.hits > p.limit then
-			r.retry = p.period -- never fits; a whole window is the best to report
+	local allowed, retry = count + hits <= limit, 0
+	if not allowed then
+		local k = count + hits - limit -- hits that must leave the window first
+		if hits > limit then
+			retry = period -- never fits; a whole window is the best to report
 		elseif k <= st.base then
 			-- The k-th oldest logged hit of the window leaves at its time + period.
-			local expired = redis.call("ZCOUNT", key, "-inf", us(now - p.period))
+			local expired = redis.call("ZCOUNT", key, "-inf", us(now - period))
 			local e = redis.call("ZRANGE", key, expired + k - 1, expired + k - 1, "WITHSCORES")
-			r.retry = tonumber(e[2]) + p.period - now
+			retry = tonumber(e[2]) + period - now
 		else
-			r.retry = p.period -- it is one admitted in this call, at now
+			retry = period -- it is one admitted in this call, at now
 		end
 	end
-	if p.hits > 0 and (r.allowed or force) then
-		r.state = { base = st.base, added = st.added + p.hits, newest = now }
-		r.rem, r.reset = p.limit - count - p.hits, p.period
-	else
-		r.rem, r.reset = r.rem0, r.reset0
+	if hits > 0 and (allowed or force) then
+		return allowed, retry, 0, rem0, reset0, { base = st.base, added = st.added + hits, newest = now }, limit - count - hits, period
 	end
-	return r
+	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
 end
 
-function M.store(key, st, now, p)
-	redis.call("ZREMRANGEBYSCORE", key, "-inf", us(now - p.period))
+function M.store(key, st, now, period)
+	redis.call("ZREMRANGEBYSCORE", key, "-inf", us(now - period))
 	local t = us(now)
 	local seq = redis.call("ZCOUNT", key, t, t)
 	local args = {}
@@ -84,7 +81,7 @@ function M.store(key, st, now, p)
 		redis.call("ZADD", key, unpack(args))
 	end
 	-- The newest hit leaves the window after one period.
-	redis.call("PEXPIRE", key, math.max(1, math.ceil(p.period / 1000)))
+	redis.call("PEXPIRE", key, math.max(1, math.ceil(period / 1000)))
 end
 
 return M

@@ -21,9 +21,9 @@ function M.load(key)
 	return { tat = tonumber(redis.call("GET", key)) }
 end
 
-function M.decide(_, st, now, p, force)
-	local emission = p.period / p.limit -- µs for one token to come back
-	local tolerance = emission * p.cap  -- how far TAT may run ahead of now
+function M.decide(_, st, now, limit, period, cap, hits, _, _, force)
+	local emission = period / limit -- µs for one token to come back
+	local tolerance = emission * cap -- how far TAT may run ahead of now
 	local tat = st.tat
 	if tat == nil or tat < now then
 		tat = now
@@ -31,27 +31,24 @@ function M.decide(_, st, now, p, force)
 
 	-- One microsecond of slack in the token count: TIME has µs resolution and
 	-- TAT is a double, so a token due within the same microsecond counts.
-	local r = { rem0 = (now - (tat - tolerance) + 1) / emission, reset0 = tat - now, delay = 0 }
+	local rem0, reset0 = (now - (tat - tolerance) + 1) / emission, tat - now
 
-	local increment = emission * p.hits
+	local increment = emission * hits
 	local new_tat = tat + increment
 	local slack = now - (new_tat - tolerance)
-	r.allowed = slack >= 0
-	if not r.allowed then
-		r.retry = -slack
+	local allowed, retry = slack >= 0, 0
+	if not allowed then
+		retry = -slack
 		if increment > tolerance then
 			-- More hits than the bucket holds: this request can never be
 			-- allowed. Report a full refill rather than a meaningless wait.
-			r.retry = tolerance
+			retry = tolerance
 		end
 	end
-	if p.hits > 0 and (r.allowed or force) then
-		r.state = { tat = new_tat }
-		r.rem, r.reset = (slack + 1) / emission, new_tat - now
-	else
-		r.rem, r.reset = r.rem0, r.reset0
+	if hits > 0 and (allowed or force) then
+		return allowed, retry, 0, rem0, reset0, { tat = new_tat }, (slack + 1) / emission, new_tat - now
 	end
-	return r
+	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
 end
 
 function M.store(key, st, now)
