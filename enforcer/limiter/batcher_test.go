@@ -143,7 +143,7 @@ func TestBatcherConcurrentExact(t *testing.T) {
 		}
 		prefix := testPrefix(t, cleanup)
 		for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.LeakyBucket} {
-			req := Request{Key: testKey(prefix, string(alg)), Algorithm: alg, Limit: 100, Period: 24 * time.Hour, Hits: 1}
+			req := Request{Key: testKey(prefix, string(alg)), Algorithm: alg, Limit: 100, Period: noBoundary, Hits: 1}
 			if got := takeAll(t, stores, 64, 3, req); got != 100 {
 				t.Errorf("coalesce=%v %s: allowed %d of %d, want exactly 100", coalesce, alg, got, 3*64*3)
 			}
@@ -158,9 +158,9 @@ func TestBatcherAllOrNothing(t *testing.T) {
 	// One request per algorithm, and a global limit that is exhausted.
 	var reqs []Request
 	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.SlidingWindowCounter} {
-		reqs = append(reqs, Request{Key: testKey(prefix, string(alg)), Algorithm: alg, Limit: 10, Period: time.Hour, Hits: 1})
+		reqs = append(reqs, Request{Key: testKey(prefix, string(alg)), Algorithm: alg, Limit: 10, Period: noBoundary, Hits: 1})
 	}
-	global := Request{Key: testKey(prefix, "global"), Algorithm: rules.FixedWindow, Limit: 3, Period: time.Hour, Hits: 1}
+	global := Request{Key: testKey(prefix, "global"), Algorithm: rules.FixedWindow, Limit: 3, Period: noBoundary, Hits: 1}
 	admitted := 0
 	for range 6 {
 		ds, err := b.Take(ctx, append(reqs, global))
@@ -196,7 +196,7 @@ func TestScriptFlushMidRun(t *testing.T) {
 		store Store
 	}{{"direct", r}, {"batcher", NewBatcher(r, BatchOptions{OverLimitEntries: -1})}} {
 		t.Run(s.name, func(t *testing.T) {
-			req := Request{Key: testKey(prefix, "flush"+s.name), Limit: 300, Period: 24 * time.Hour, Hits: 1}
+			req := Request{Key: testKey(prefix, "flush"+s.name), Limit: 300, Period: noBoundary, Hits: 1}
 			stop := make(chan struct{})
 			var flushes atomic.Int64
 			var wg sync.WaitGroup

@@ -98,7 +98,7 @@ func TestCluster(t *testing.T) {
 			if ds[1].Allowed || !ds[0].Allowed || !ds[2].Allowed || ds[0].Remaining != 5 || ds[2].Remaining != 5 {
 				t.Errorf("Take with b exhausted: %+v, want only b rejected and a, c untouched", ds)
 			}
-			ds, err = eng.take(ctx, []Request{a, cr, {Key: keys[0], Algorithm: rules.FixedWindow, Limit: 10, Period: time.Hour, Hits: 2}})
+			ds, err = eng.take(ctx, []Request{a, cr, {Key: keys[0], Algorithm: rules.FixedWindow, Limit: 10, Period: noBoundary, Hits: 2}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +109,7 @@ func TestCluster(t *testing.T) {
 
 		t.Run(eng.name+"/exact on one key", func(t *testing.T) {
 			for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow} {
-				req := Request{Key: key(eng.name + "hot" + string(alg)), Algorithm: alg, Limit: 50, Period: time.Hour, Hits: 1}
+				req := Request{Key: key(eng.name + "hot" + string(alg)), Algorithm: alg, Limit: 50, Period: noBoundary, Hits: 1}
 				var allowed atomic.Int64
 				var wg sync.WaitGroup
 				for range 32 {
@@ -141,7 +141,7 @@ func TestCluster(t *testing.T) {
 			// limit is never under-used, and over-admission stays within the
 			// requests in flight.
 			keys := spread(9, eng.name+"count")
-			global := Request{Key: keys[0], Algorithm: rules.FixedWindow, Limit: 20, Period: time.Hour, Hits: 1}
+			global := Request{Key: keys[0], Algorithm: rules.FixedWindow, Limit: 20, Period: noBoundary, Hits: 1}
 			users := keys[1:]
 			perUser := make([]atomic.Int64, len(users))
 			var admitted atomic.Int64
@@ -149,7 +149,7 @@ func TestCluster(t *testing.T) {
 			for g := range 48 {
 				wg.Go(func() {
 					u := g % len(users)
-					user := Request{Key: users[u], Algorithm: rules.FixedWindow, Limit: 4, Period: time.Hour, Hits: 1}
+					user := Request{Key: users[u], Algorithm: rules.FixedWindow, Limit: 4, Period: noBoundary, Hits: 1}
 					for range 3 {
 						ds, err := eng.take(ctx, []Request{user, global})
 						if err != nil {

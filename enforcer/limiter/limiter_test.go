@@ -114,6 +114,8 @@ func TestTakeBurstThenReject(t *testing.T) {
 
 func TestTakeRefill(t *testing.T) {
 	r, _, prefix := newTestRedis(t)
+	now := int64(t0)
+	r.now = func() int64 { return now }
 	// 10 per second: a token every 100 ms.
 	req := Request{Key: testKey(prefix, "refill"), Limit: 10, Period: time.Second, Burst: 3, Hits: 1}
 	for i := range 3 {
@@ -125,10 +127,10 @@ func TestTakeRefill(t *testing.T) {
 	if d.Allowed {
 		t.Fatal("take 4: allowed, want rejected")
 	}
-	if d.RetryAfter <= 0 || d.RetryAfter > 100*time.Millisecond {
-		t.Fatalf("RetryAfter = %v, want in (0, 100ms]", d.RetryAfter)
+	if d.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("RetryAfter = %v, want 100ms", d.RetryAfter)
 	}
-	time.Sleep(d.RetryAfter + 20*time.Millisecond)
+	now += d.RetryAfter.Microseconds()
 	d = take1(t, r, req)
 	if !d.Allowed {
 		t.Fatalf("after waiting RetryAfter: not allowed: %+v", d)
@@ -137,8 +139,8 @@ func TestTakeRefill(t *testing.T) {
 		t.Errorf("after refill of one token: Remaining = %d, want 0", d.Remaining)
 	}
 
-	// A full refill: after 300 ms+ the bucket holds its burst again.
-	time.Sleep(350 * time.Millisecond)
+	// A full refill: 300 ms later the bucket holds its burst again.
+	now += 300_000
 	d = take1(t, r, Request{Key: req.Key, Limit: 10, Period: time.Second, Burst: 3})
 	if !d.Allowed || d.Remaining != 3 || d.ResetAfter != 0 {
 		t.Errorf("after full refill: %+v, want allowed, Remaining 3, ResetAfter 0", d)
@@ -344,10 +346,8 @@ func TestTakeAfterScriptFlush(t *testing.T) {
 
 func TestTakeConcurrent(t *testing.T) {
 	const (
-		clients    = 3
-		goroutines = 64
-		perG       = 4
-		burst      = 100
+		clients = 3
+		burst   = 100
 	)
 	url := testenv.RedisURL(t)
 	var engines []*Redis
@@ -362,8 +362,27 @@ func TestTakeConcurrent(t *testing.T) {
 		cleanupClient = c
 	}
 	prefix := testPrefix(t, cleanupClient)
-	// One token per hour: no refill while the test runs.
-	req := Request{Key: testKey(prefix, "hot"), Limit: 1, Period: time.Hour, Burst: burst, Hits: 1}
+	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow} {
+		// Token bucket: one token per hour, no refill while the test runs.
+		req := Request{Key: testKey(prefix, "hot"+string(alg)), Algorithm: alg, Limit: 1, Period: time.Hour, Burst: burst, Hits: 1}
+		if alg == rules.FixedWindow {
+			req.Limit, req.Period = burst, noBoundary
+		}
+		t.Run(string(alg), func(t *testing.T) { concurrentTakes(t, engines, req) })
+	}
+}
+
+// noBoundary is a window period whose current window (multiples since the
+// epoch) runs until 2070: no boundary falls inside a test.
+const noBoundary = 100 * 365 * 24 * time.Hour
+
+func concurrentTakes(t *testing.T, engines []*Redis, req Request) {
+	const (
+		goroutines = 64
+		perG       = 4
+		burst      = 100
+	)
+	clients := len(engines)
 
 	var allowed, rejected atomic.Int64
 	var wg sync.WaitGroup

@@ -91,7 +91,7 @@ func TestLocalBoundedMemory(t *testing.T) {
 func TestLocalConcurrentExact(t *testing.T) {
 	l := NewLocal(LocalOptions{})
 	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow, rules.SlidingWindowLog} {
-		req := Request{Key: string(alg), Algorithm: alg, Limit: 500, Period: 24 * time.Hour, Hits: 1}
+		req := Request{Key: string(alg), Algorithm: alg, Limit: 500, Period: noBoundary, Hits: 1}
 		if got := takeAll(t, []Store{l}, 64, 16, req); got != 500 {
 			t.Errorf("%s: allowed %d, want exactly 500", alg, got)
 		}
@@ -100,10 +100,10 @@ func TestLocalConcurrentExact(t *testing.T) {
 	// shared one; the per-caller counts must add up to the shared one.
 	var wg sync.WaitGroup
 	var admitted atomic.Int64
-	shared := Request{Key: "shared", Algorithm: rules.FixedWindow, Limit: 100, Period: time.Hour, Hits: 1}
+	shared := Request{Key: "shared", Algorithm: rules.FixedWindow, Limit: 100, Period: noBoundary, Hits: 1}
 	for g := range 32 {
 		wg.Go(func() {
-			own := Request{Key: fmt.Sprint("own", g), Algorithm: rules.FixedWindow, Limit: 5, Period: time.Hour, Hits: 1}
+			own := Request{Key: fmt.Sprint("own", g), Algorithm: rules.FixedWindow, Limit: 5, Period: noBoundary, Hits: 1}
 			for range 10 {
 				ds, err := l.Take(context.Background(), []Request{own, shared})
 				if err != nil {

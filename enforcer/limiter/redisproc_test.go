@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ type redisProc struct {
 	port int
 	args []string
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
 	log  bytes.Buffer
 }
 
@@ -84,10 +86,11 @@ func (p *redisProc) start() error {
 		return err
 	}
 	exited := make(chan struct{})
-	go func() {
-		p.cmd.Wait()
+	p.done = exited
+	go func(cmd *exec.Cmd) {
+		cmd.Wait()
 		close(exited)
-	}()
+	}(p.cmd)
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -114,12 +117,7 @@ func (p *redisProc) stop() {
 		return
 	}
 	p.cmd.Process.Kill()
-	for range 500 { // the Wait goroutine reaps it
-		if p.cmd.ProcessState != nil {
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	<-p.done // the Wait goroutine reaps it
 	p.cmd = nil
 }
 
@@ -159,4 +157,11 @@ func startCluster(t testing.TB) string {
 		c.Close()
 	}
 	return strings.Join(addrs, ",")
+}
+
+// TestMain keeps go-redis's own logging (a line per failed dial, which the
+// dead- and restarted-Redis tests cause by the thousand) out of test output.
+func TestMain(m *testing.M) {
+	SetLogger(slog.New(slog.DiscardHandler))
+	os.Exit(m.Run())
 }
