@@ -15,10 +15,11 @@ const DefaultLocalMaxKeys = 100_000
 // LocalOptions configures NewLocal.
 type LocalOptions struct {
 	// MaxKeys bounds the limits kept in memory (default
-	// DefaultLocalMaxKeys). Idle limits are dropped when their state is back
-	// to empty, as Redis keys expire; beyond MaxKeys, the limit closest to
-	// expiring among a small random sample is dropped, which can only
-	// forget counts (over-admit), never invent them.
+	// DefaultLocalMaxKeys). A limit whose state is back to empty (when its
+	// Redis key would expire) counts as absent and is the first dropped when
+	// room is needed; failing that, the limit closest to expiring among a
+	// small random sample is dropped, which can only forget counts
+	// (over-admit), never invent them.
 	MaxKeys int
 }
 
@@ -28,8 +29,9 @@ type LocalOptions struct {
 // with `failure_mode: local` while Redis is unreachable: each node then
 // enforces its share of every limit, Limit and Burst divided by the node
 // count the console sends (SetNodeCount), rounded up so that the nodes
-// together never admit less than the limit. Time is the node's clock. It is
-// safe for concurrent use; state is lost when the process exits.
+// together never admit less than the limit. Time is the node's wall clock
+// (UTC calendar windows need it). It is safe for concurrent use; state is
+// lost when the process exits.
 type Local struct {
 	maxKeys int
 	nodes   atomic.Int64
@@ -66,7 +68,7 @@ func (l *Local) Len() int {
 // localState is one key's state, the Go twin of what the Lua chunks store.
 // The fields used depend on the algorithm (the key's suffix names it).
 type localState struct {
-	t       float64 // token bucket TAT, leaky bucket empty-at (µs); 0 = none
+	t       float64 // token bucket TAT, leaky bucket empty-at (µs)
 	start   float64 // window start (µs), fixed window and sliding counter
 	count   float64 // fixed window count, sliding counter current window
 	prev    float64 // sliding counter previous window
@@ -91,7 +93,7 @@ type lstate struct {
 	added  float64 // sliding log: hits admitted by this Take, at now
 }
 
-// lresult mirrors the result table of the Lua decide functions.
+// lresult holds what the Lua decide functions return.
 type lresult struct {
 	allowed    bool
 	retry      float64
@@ -104,7 +106,7 @@ type lresult struct {
 }
 
 // Take decides reqs against the in-memory counters, all-or-nothing, with the
-// limits scaled to this node's share. It never blocks and fails only for an
+// limits scaled to this node's share. It does no I/O and fails only for an
 // invalid request.
 func (l *Local) Take(_ context.Context, reqs []Request) ([]Decision, error) {
 	if len(reqs) == 0 {
@@ -139,6 +141,7 @@ func (l *Local) Take(_ context.Context, reqs []Request) ([]Decision, error) {
 	type pending struct {
 		key string
 		st  *lstate
+		s   *spec // the request that made st: its parameters set the TTL
 	}
 	var tentative []pending
 	lookup := func(key string) *lstate {
@@ -163,7 +166,7 @@ func (l *Local) Take(_ context.Context, reqs []Request) ([]Decision, error) {
 		r.dup = dup
 		results[i] = r
 		if r.state != nil {
-			tentative = append(tentative, pending{s.key, r.state})
+			tentative = append(tentative, pending{s.key, r.state, s})
 		}
 		if !r.allowed {
 			all = false
@@ -205,21 +208,10 @@ func (l *Local) Take(_ context.Context, reqs []Request) ([]Decision, error) {
 				continue
 			}
 			seen[p.key] = true
-			l.store(p.key, p.st, specOfKey(specs, p.key), now)
+			l.store(p.key, p.st, p.s, now)
 		}
 	}
 	return ds, nil
-}
-
-// specOfKey returns the last spec for key: its parameters set the TTL, as
-// in take.lua.
-func specOfKey(specs []spec, key string) *spec {
-	for i := len(specs) - 1; i >= 0; i-- {
-		if specs[i].key == key {
-			return &specs[i]
-		}
-	}
-	return nil
 }
 
 // load returns a copy of key's live state, or an empty one.
@@ -321,7 +313,7 @@ func clampF(x, lo, hi float64) float64 {
 
 // localDecide dispatches to the Go twin of the spec's Lua chunk. Each twin
 // performs the same float64 operations in the same order as its Lua file,
-// so both stores reach the same decisions (local_test.go checks it).
+// so both stores reach the same decisions (TestStoresAgree checks it).
 func localDecide(st *lstate, now float64, s *spec, force bool) lresult {
 	switch s.code {
 	case "tb":

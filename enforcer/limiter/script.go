@@ -96,12 +96,12 @@ end })
 	return b.String()
 }
 
-// Limits of one script call. A call runs atomically on the Redis server, so
-// it must stay short; 256 Takes of the usual 1–3 requests take well under a
-// millisecond.
+// Limits of one script call. A call runs atomically on the Redis server,
+// blocking it, so it must stay short: a request costs the script 1–3 µs, so
+// a full call runs for about a millisecond at most.
 const (
 	maxTakesPerScript    = 256
-	maxRequestsPerScript = 1024
+	maxRequestsPerScript = 512
 )
 
 // invocation is one script call deciding one or more takeCalls, all on one
@@ -179,13 +179,16 @@ func (r *Redis) exec(ctx context.Context, calls []*takeCall, pack bool) {
 		now = strconv.FormatInt(r.now(), 10)
 	}
 	var invs []*invocation
-	open := map[int]*invocation{} // slot → invocation still taking calls
+	var open map[int]*invocation // slot → invocation still taking calls
+	if pack && len(calls) > 1 {
+		open = make(map[int]*invocation)
+	}
 	for _, c := range calls {
 		inv := open[c.slot]
-		if !pack || inv == nil || len(inv.calls) >= maxTakesPerScript || inv.n+len(c.specs) > maxRequestsPerScript {
+		if inv == nil || len(inv.calls) >= maxTakesPerScript || inv.n+len(c.specs) > maxRequestsPerScript {
 			inv = &invocation{}
 			invs = append(invs, inv)
-			if pack {
+			if open != nil {
 				open[c.slot] = inv
 			}
 		}

@@ -1,8 +1,9 @@
 -- take.lua: the driver of the limiter script, appended after the algorithm
--- chunks (script.go assembles them; each algorithm's file becomes
--- algorithms[code]). One call decides one or more Takes, in order, as if each
--- ran alone: a Take sees every earlier Take of the call that was committed,
--- and each Take is all-or-nothing on its own.
+-- chunks (script.go assembles them: algorithms[code] is the module of the
+-- algorithm file with that code, built on first use). One call decides one
+-- or more Takes, in order, as if each ran alone: a Take sees every earlier
+-- Take of the call that was committed, and each Take is all-or-nothing on
+-- its own.
 --
 -- Every algorithm chunk returns a table of three functions:
 --   load(key, now, period)  reads the key's state from Redis into a table;
@@ -19,8 +20,7 @@
 --                      when state is nil);
 --   store(key, st, now, period)  writes state st back, with a TTL.
 -- Nothing is written until every Take of the call is decided, and each dirty
--- key is written once. (Multiple return values and reused arrays rather than
--- a table per request: this loop runs for every request a node sends.)
+-- key is written once.
 --
 -- KEYS       one state key per request, in order (a key may repeat).
 -- ARGV[1]    "" to take the time from Redis TIME; otherwise a time in µs that
