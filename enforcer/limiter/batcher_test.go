@@ -419,3 +419,36 @@ func TestRedisRestartedMidRun(t *testing.T) {
 		}
 	}
 }
+
+// TestPackedCallError: a Take that fails in Redis (its key holds another
+// type) fails alone; the Takes coalesced with it are decided, once.
+func TestPackedCallError(t *testing.T) {
+	r, c, prefix := newTestRedis(t)
+	bad := Request{Key: testKey(prefix, "bad"), Algorithm: rules.SlidingWindowLog, Limit: 5, Period: time.Hour, Hits: 1}
+	if err := c.Set(context.Background(), stateKey(bad), "not a sorted set", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	good := Request{Key: testKey(prefix, "good"), Algorithm: rules.FixedWindow, Limit: 5, Period: noBoundary, Hits: 1}
+	var calls []*takeCall
+	for _, req := range []Request{good, bad, good} {
+		specs, err := specsOf([]Request{req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := r.group(specs)[0]
+		call.mode = modeTake
+		calls = append(calls, call)
+	}
+	r.exec(context.Background(), calls, true)
+	if calls[1].err == nil {
+		t.Errorf("Take of a key holding a string: no error")
+	}
+	for _, i := range []int{0, 2} {
+		if calls[i].err != nil || !calls[i].ds[0].Allowed || calls[i].ds[0].Remaining != int64(4-i/2) {
+			t.Errorf("good Take %d: %+v %v", i, calls[i].ds, calls[i].err)
+		}
+	}
+	if d := take1(t, r, Request{Key: good.Key, Algorithm: rules.FixedWindow, Limit: 5, Period: noBoundary}); d.Remaining != 3 {
+		t.Errorf("good: Remaining %d, want 3 (counted once each)", d.Remaining)
+	}
+}

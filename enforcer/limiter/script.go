@@ -197,6 +197,28 @@ func (r *Redis) exec(ctx context.Context, calls []*takeCall, pack bool) {
 
 	r.run(ctx, invs, now)
 
+	// A Redis error reply (not a connection failure) in a packed call is one
+	// of its Takes failing, say WRONGTYPE on a key something else wrote: run
+	// those calls again one by one, so the others still get decided. The
+	// script fails before writing anything (state is read, and its type
+	// checked, before any write), so nothing is counted twice.
+	var alone []*invocation
+	for i, inv := range invs {
+		var rerr redis.Error
+		if len(inv.calls) > 1 && errors.As(inv.cmd.Err(), &rerr) {
+			for _, c := range inv.calls {
+				one := &invocation{}
+				one.add(c)
+				alone = append(alone, one)
+			}
+			invs[i] = nil
+		}
+	}
+	if len(alone) > 0 {
+		r.run(ctx, alone, now)
+		invs = append(slices.DeleteFunc(invs, func(inv *invocation) bool { return inv == nil }), alone...)
+	}
+
 	for _, inv := range invs {
 		reply, err := inv.cmd.Result()
 		if err != nil {
