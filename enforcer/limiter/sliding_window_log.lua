@@ -8,7 +8,8 @@
 -- (µs of Redis TIME). A hit at time t counts while t > now - period. Members
 -- are "<t>-<n>": the hits logged at one microsecond are numbered 1, 2, 3...
 -- (ZCOUNT of that score gives the next number, as expired hits are trimmed
--- by whole scores), so hits in the same microsecond stay distinct.
+-- by whole scores; it is 0 unless the newest logged hit is at now), so hits
+-- in the same microsecond stay distinct.
 --
 -- Memory: hits are logged only when they fit, and every write trims the
 -- expired ones first, so the set never holds more than limit members:
@@ -29,8 +30,8 @@ function M.load(key, now, period)
 		newest = tonumber(redis.call("ZRANGE", key, -1, -1, "WITHSCORES")[2])
 	end
 	-- base: hits logged in the window; added: hits admitted by this script
-	-- call, all at now, not yet written.
-	return { base = base, added = 0, newest = newest }
+	-- call, all at now, not yet written; at_now: some logged hit is at now.
+	return { base = base, added = 0, newest = newest, at_now = newest == now }
 end
 
 function M.decide(key, st, now, limit, period, _, hits, _, _, force)
@@ -59,7 +60,8 @@ function M.decide(key, st, now, limit, period, _, hits, _, _, force)
 		end
 	end
 	if hits > 0 and (allowed or force) then
-		return allowed, retry, 0, rem0, reset0, { base = st.base, added = st.added + hits, newest = now }, limit - count - hits, period
+		return allowed, retry, 0, rem0, reset0, { base = st.base, added = st.added + hits, newest = now, at_now = st.at_now },
+			limit - count - hits, period
 	end
 	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
 end
@@ -67,7 +69,10 @@ end
 function M.store(key, st, now, period)
 	redis.call("ZREMRANGEBYSCORE", key, "-inf", us(now - period))
 	local t = us(now)
-	local seq = redis.call("ZCOUNT", key, t, t)
+	local seq = 0
+	if st.at_now then
+		seq = redis.call("ZCOUNT", key, t, t)
+	end
 	local args = {}
 	for i = 1, st.added do
 		args[#args + 1] = t
