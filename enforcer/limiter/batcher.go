@@ -11,7 +11,7 @@ import (
 const (
 	DefaultBatchWindow      = 100 * time.Microsecond
 	DefaultMaxBatch         = 256
-	DefaultMaxInFlight      = 4
+	DefaultMaxInFlight      = 2
 	DefaultOverLimitEntries = 10_000
 )
 
@@ -27,6 +27,8 @@ type BatchOptions struct {
 	MaxBatch int
 	// MaxInFlight is the most round trips in flight at once (default
 	// DefaultMaxInFlight); Takes arriving meanwhile wait for the next one.
+	// Redis runs one script at a time, so two (one running, one being sent
+	// or read) keep it busy; more only makes batches smaller.
 	MaxInFlight int
 	// NoCoalescing sends every Take as its own script call (still pipelined
 	// with the others of its batch) instead of coalescing the Takes of one
