@@ -117,8 +117,10 @@ func TestKeyHashTag(t *testing.T) {
 		t.Errorf("hash tag = %q, want %q", tag, want)
 	}
 	// Algorithm suffixes go after the tag, so state keys share its slot.
-	if hashTag(k+stateSuffix[rules.TokenBucket]) != tag {
-		t.Error("state suffix changes the hash tag")
+	for alg, info := range algorithms {
+		if hashTag(k+info.suffix) != tag || Slot(k+info.suffix) != Slot(k) {
+			t.Errorf("%s state suffix changes the hash tag", alg)
+		}
 	}
 }
 

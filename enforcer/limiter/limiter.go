@@ -1,23 +1,73 @@
 // Package limiter is Sluice's limiter engine: it decides whether requests fit
-// their rate limits, keeping counters in Redis. It is the only package that
-// imports go-redis; everyone else sees Request and Decision.
+// their rate limits. Counters live in Redis (standalone, Sentinel or
+// Cluster); Local keeps them in process for the `failure_mode: local`
+// fallback. It is the only package that imports go-redis; everyone else sees
+// Request and Decision.
 //
-// A Take decides a batch of requests (one per matched limit of an incoming
-// request) in one round trip: one Lua script call (EVALSHA, falling back to
-// EVAL after a script cache flush) that reads the time from Redis TIME,
-// decides every key and writes only if every key allows the request. A
-// request rejected by one limit therefore consumes nothing from the others.
+// # Algorithms
 //
-// Each algorithm is its own embedded .lua file; the files and the driver
+// Five algorithms, each its own embedded .lua file, all reading the time from
+// Redis TIME: token_bucket (GCRA), leaky_bucket (policing, or shaping with a
+// delay up to Request.MaxDelay), fixed_window (optionally aligned to UTC
+// calendar days, weeks, months and years), sliding_window_log (exact, a
+// sorted set bounded by the limit) and sliding_window_counter (current plus
+// weighted previous window). Every Decision reports allowed, limit,
+// remaining, reset-after and retry-after as its algorithm defines them. A
+// Request's Hits > 1 consumes that many; 0 peeks without consuming.
+//
+// # All-or-nothing
+//
+// A Take decides several requests (one per matched limit of an incoming
+// request) and is all-or-nothing: when any of them is not allowed, nothing is
+// consumed from any of them. On one Redis node the whole Take is one Lua
+// script call (EVALSHA, falling back to EVAL after a script cache flush), so
+// this holds exactly under any concurrency: the script decides every key and
+// writes only if every key allows. The algorithm files and the driver
 // (take.lua) are assembled into a single script so that one call can mix
-// algorithms. Only token_bucket (GCRA) is implemented so far.
+// algorithms.
 //
-// Redis Cluster: a script call may only touch keys of one hash slot. Key wraps
-// a descriptor's domain and entries in a {hash tag}, so all state of one
-// descriptor lives on one slot, but the keys of different descriptors usually
-// do not share a slot. On a cluster, callers must (for now) pass one Take only
-// keys of one slot; a Take spanning slots fails with a CROSSSLOT error.
-// Grouping a multi-slot batch is future work.
+// # Redis Cluster
+//
+// A script may only touch keys of one hash slot. Key wraps a descriptor's
+// domain and entries in a {hash tag}, so each limit lives on one slot, but
+// the limits of one request usually do not share one. Take groups a request's
+// keys by slot and, when there is more than one group, works in two phases,
+// each one pipeline (one round trip per node, nodes in parallel):
+//
+//  1. check: every group is decided without writing anything;
+//  2. if every group allows, commit: every group consumes, unconditionally.
+//
+// If phase 1 rejects, nothing was consumed anywhere, as on one node: a
+// rejected request never eats another limit's quota (never under-admits).
+// The race between the phases can only over-admit: a request admitted in
+// phase 1 is counted in phase 2 even if, meanwhile, concurrent requests used
+// up one of its limits. The excess on a limit is at most the hits of the
+// multi-slot Takes on it whose check ran before another one's commit landed,
+// that is, at most what is in flight on that limit, across all enforcers,
+// within one round trip; it happens only while requests race for a limit's
+// last units (in this package's cluster test, 48 goroutines starting at once
+// on a global limit of 20 get about 50 requests admitted). Every admitted request is counted, so the decisions
+// that follow are exact on what was admitted. A Take whose keys share a slot
+// (one descriptor, or any Take on a standalone Redis) is one script call and
+// exact. If phase 2 fails on some node (unreachable) after others committed,
+// Take returns an error and the request was counted on the nodes that
+// answered. Each node reads its own clock.
+//
+// # Throughput and the node side
+//
+// Batcher is what an enforcer uses: concurrent Takes on a node go to Redis
+// together, in one pipeline per short window, with the Takes that share a
+// hash slot (on a standalone Redis: all of them) packed into one script call
+// that decides them one after another exactly as separate calls would, so a
+// hot key costs one script call per batch rather than one per request. It
+// also keeps an over-limit cache: a limit known to reject until some time is
+// answered without asking Redis.
+//
+// # Local fallback
+//
+// Local implements the same Take in process, with the same arithmetic, for
+// limits whose failure mode is `local` while Redis is unreachable; each node
+// then enforces its share of a limit (SetNodeCount).
 //
 // Requires Redis 5 or newer (effects replication of scripts that call TIME).
 package limiter
@@ -41,15 +91,30 @@ type Request struct {
 	Key string
 	// Algorithm is the counting algorithm; "" means rules.TokenBucket.
 	Algorithm rules.Algorithm
-	// Limit is the number of requests (tokens) that Period refills.
+	// Limit is the number of requests a Period admits: the refill (token
+	// bucket) or drain (leaky bucket) rate, or the count a window allows.
 	Limit int64
-	// Period is the time over which Limit tokens come back; at least 1 µs.
+	// Period is the time over which Limit applies; at least 1 µs.
 	Period time.Duration
-	// Burst is the bucket capacity; 0 means Limit.
+	// Burst is the capacity of a token or leaky bucket; 0 means Limit. The
+	// window algorithms ignore it.
 	Burst int64
-	// Hits is the number of tokens the request takes; 0 peeks at the limit
-	// without consuming anything.
+	// Hits is the number of requests (tokens) the request takes; 0 peeks at
+	// the limit without consuming anything and is always allowed.
 	Hits int64
+	// Calendar aligns a fixed_window's windows to the UTC calendar instead of
+	// to multiples of Period since the epoch: Period must then be the nominal
+	// length of rules.Day, rules.Week (windows start on Monday), rules.Month
+	// or rules.Year (rules.Unit.Period), and the window is that calendar day,
+	// week, month or year. Other algorithms ignore it.
+	Calendar bool
+	// MaxDelay turns a leaky_bucket from policing into shaping: a request
+	// that fits in the bucket is admitted with a Decision.Delay (the time
+	// until the requests queued before it have drained) as long as that delay
+	// is at most MaxDelay, and rejected otherwise. 0 means policing: admit
+	// without delay when the request fits, else reject. Other algorithms
+	// ignore it.
+	MaxDelay time.Duration
 }
 
 // Decision is the verdict for one Request.
@@ -58,17 +123,32 @@ type Decision struct {
 	// request of a Take is not allowed, nothing is consumed from any of them,
 	// even from those whose Allowed is true.
 	Allowed bool
-	// Limit is the bucket capacity (the request's Burst).
+	// Limit is the bucket capacity (Burst) or the window's limit.
 	Limit int64
-	// Remaining is the number of tokens left: after this request if the whole
-	// Take was allowed, else in the untouched bucket.
+	// Remaining is the number of hits the limit would still admit right now:
+	// after this request if the whole Take was allowed, else for the
+	// untouched limit.
 	Remaining int64
-	// ResetAfter is the time until the bucket is full again.
+	// ResetAfter is the time until the limit is back to its full capacity if
+	// nothing else arrives: a bucket full (token) or empty (leaky), a fixed
+	// window's end, a sliding window empty.
 	ResetAfter time.Duration
 	// RetryAfter is 0 when allowed; otherwise the time until a request of the
-	// same Hits would be allowed, or, when Hits exceeds the capacity and never
-	// can be, the time a drained bucket takes to fill (Period × Burst / Limit).
+	// same Hits would be allowed if nothing else arrives. When Hits can never
+	// fit (more than the capacity or limit), it is the time to a full reset.
 	RetryAfter time.Duration
+	// Delay is how long an admitted request must wait before it proceeds: a
+	// shaping leaky bucket's queue ahead of it (at most Request.MaxDelay,
+	// except for the over-admission a Redis Cluster Take can incur), 0 for
+	// everything else. The request's slot is already reserved.
+	Delay time.Duration
+	// Cached reports that Redis was not asked: a Batcher answered the Take
+	// from its over-limit cache. The rejecting request's Remaining is what
+	// Redis last reported and its RetryAfter and ResetAfter are counted down
+	// on the local clock; the other requests of the Take were not decided at
+	// all: they carry Allowed true, their Limit and zero Remaining,
+	// ResetAfter and RetryAfter.
+	Cached bool
 }
 
 // ErrInvalidRequest reports a Request whose numbers cannot describe a limit.
@@ -79,45 +159,42 @@ var ErrInvalidRequest = errors.New("invalid limiter request")
 var ErrUnsupportedAlgorithm = errors.New("unsupported limiter algorithm")
 
 // Redis is the limiter engine backed by Redis (standalone, Sentinel or
-// Cluster). It is safe for concurrent use.
+// Cluster): each Take is one script call per hash slot it touches, sent as
+// it comes. It is safe for concurrent use. An enforcer normally wraps it in
+// a Batcher.
 type Redis struct {
-	client redis.UniversalClient
+	client  redis.UniversalClient
+	cluster bool
+	// now, when set, replaces Redis TIME in the script: tests inject time
+	// with it. Production never sets it.
+	now func() int64
 }
 
 // NewRedis returns an engine that keeps its counters through client. The
 // client should be built by NewClient (short timeouts, no retries); Redis
-// does not close it.
+// does not close it. A *redis.ClusterClient makes Take group keys by slot.
 func NewRedis(client redis.UniversalClient) *Redis {
-	return &Redis{client: client}
+	_, cluster := client.(*redis.ClusterClient)
+	return &Redis{client: client, cluster: cluster}
 }
 
-// Take decides reqs in one round trip and returns one Decision per request,
-// in order. It is all-or-nothing: if any request is not allowed, nothing is
-// consumed from any of them. An error (invalid request, Redis unreachable or
-// slow) means no decision was made; the caller's failure mode decides.
+// Take decides reqs and returns one Decision per request, in order. It is
+// all-or-nothing: if any request is not allowed, nothing is consumed from any
+// of them (on Redis Cluster, see the package documentation for the bound when
+// the keys span slots). An error (invalid request, Redis unreachable or slow)
+// means no decision was made; the caller's failure mode decides.
 func (r *Redis) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if len(reqs) == 0 {
 		return []Decision{}, nil
 	}
-	keys := make([]string, len(reqs))
-	args := make([]any, 0, argsPerKey*len(reqs))
-	for i, req := range reqs {
-		alg, err := check(req)
-		if err != nil {
-			return nil, fmt.Errorf("request %d: %w", i, err)
-		}
-		keys[i] = req.Key + stateSuffix[alg]
-		args = append(args, string(alg), req.Limit, req.Period.Microseconds(), burst(req), req.Hits)
-	}
-	reply, err := takeScript.Run(ctx, r.client, keys, args...).Result()
+	specs, err := specsOf(reqs)
 	if err != nil {
-		return nil, fmt.Errorf("run limiter script: %w", err)
+		return nil, err
 	}
-	ds, err := decode(reply, reqs)
-	if err != nil {
-		return nil, fmt.Errorf("decode limiter script reply: %w", err)
-	}
-	return ds, nil
+	return r.take(ctx, specs, func(ctx context.Context, calls []*takeCall) error {
+		r.exec(ctx, calls, true)
+		return nil
+	})
 }
 
 // Ping checks that client reaches Redis; /readyz uses it.
@@ -128,34 +205,214 @@ func Ping(ctx context.Context, client redis.UniversalClient) error {
 	return nil
 }
 
-// check validates req and returns its effective algorithm.
-func check(req Request) (rules.Algorithm, error) {
+// mode says what the script does with one Take (see take.lua).
+type mode byte
+
+const (
+	modeTake  mode = 't' // commit only if every request is allowed
+	modeCheck mode = 'c' // decide, never commit
+	modeForce mode = 'f' // commit every request
+)
+
+// spec is a validated Request in the form the script reads.
+type spec struct {
+	key      string // state key: Request.Key + algorithm suffix
+	code     string // algorithm code in the script
+	limit    int64
+	period   int64 // µs
+	capacity int64 // bucket burst, or the window's limit
+	hits     int64
+	calendar int64 // 0 none, 1 day, 2 week, 3 month, 4 year
+	maxDelay int64 // µs
+}
+
+// takeCall is one all-or-nothing unit the script decides: a whole Take, or
+// the part of one that lives on one Redis Cluster slot.
+type takeCall struct {
+	mode  mode
+	specs []spec
+	idx   []int // idx[j] is the position of specs[j] in the caller's Take
+	slot  int   // hash slot of every key; -1 when not on a cluster
+	ds    []Decision
+	err   error
+	done  chan struct{} // closed by a Batcher when ds or err is set
+}
+
+// runner executes calls, setting each one's ds or err. It returns an error
+// only when it stopped waiting (the context ended); the calls must then not
+// be read, as they may still be running.
+type runner func(ctx context.Context, calls []*takeCall) error
+
+// take is Take of validated, non-empty specs, with the way calls reach Redis
+// left to run: directly (Redis) or through the batching queue (Batcher).
+func (r *Redis) take(ctx context.Context, specs []spec, run runner) ([]Decision, error) {
+	calls := r.group(specs)
+	if len(calls) == 1 {
+		c := calls[0]
+		c.mode = modeTake
+		if err := run(ctx, calls); err != nil {
+			return nil, err
+		}
+		if c.err != nil {
+			return nil, c.err
+		}
+		return c.ds, nil
+	}
+
+	// Keys on several cluster slots: check everywhere, then commit everywhere.
+	for _, c := range calls {
+		c.mode = modeCheck
+	}
+	if err := run(ctx, calls); err != nil {
+		return nil, err
+	}
+	if err := firstErr(calls); err != nil {
+		return nil, err
+	}
+	ds := gather(calls, len(specs))
+	for _, d := range ds {
+		if !d.Allowed {
+			return ds, nil
+		}
+	}
+	for _, c := range calls {
+		c.mode, c.ds, c.err = modeForce, nil, nil
+	}
+	if err := run(ctx, calls); err != nil {
+		return nil, fmt.Errorf("commit on %d cluster slots, outcome unknown: %w", len(calls), err)
+	}
+	if err := firstErr(calls); err != nil {
+		failed := 0
+		for _, c := range calls {
+			if c.err != nil {
+				failed++
+			}
+		}
+		return nil, fmt.Errorf("commit on %d of %d cluster slots failed (the others counted the request): %w", failed, len(calls), err)
+	}
+	return gather(calls, len(specs)), nil
+}
+
+// group splits specs into one takeCall per hash slot (one call in all when
+// not on a cluster), keeping their order within each call.
+func (r *Redis) group(specs []spec) []*takeCall {
+	if !r.cluster {
+		idx := make([]int, len(specs))
+		for i := range idx {
+			idx[i] = i
+		}
+		return []*takeCall{{specs: specs, idx: idx, slot: -1}}
+	}
+	var calls []*takeCall
+	for i, s := range specs {
+		slot := Slot(s.key)
+		var c *takeCall
+		for _, have := range calls {
+			if have.slot == slot {
+				c = have
+				break
+			}
+		}
+		if c == nil {
+			c = &takeCall{slot: slot}
+			calls = append(calls, c)
+		}
+		c.specs = append(c.specs, s)
+		c.idx = append(c.idx, i)
+	}
+	return calls
+}
+
+func firstErr(calls []*takeCall) error {
+	for _, c := range calls {
+		if c.err != nil {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// gather puts the decisions of calls back in the caller's order.
+func gather(calls []*takeCall, n int) []Decision {
+	ds := make([]Decision, n)
+	for _, c := range calls {
+		for j, i := range c.idx {
+			ds[i] = c.ds[j]
+		}
+	}
+	return ds
+}
+
+// maxCount bounds limits and capacities: the script computes in doubles,
+// exact for integers up to 2^53.
+const maxCount = 1 << 53
+
+// calendarPeriods maps the periods Request.Calendar accepts to the script's
+// calendar codes.
+var calendarPeriods = map[time.Duration]int64{
+	rules.Day.Period():   1,
+	rules.Week.Period():  2,
+	rules.Month.Period(): 3,
+	rules.Year.Period():  4,
+}
+
+// specsOf validates reqs and converts them for the script.
+func specsOf(reqs []Request) ([]spec, error) {
+	specs := make([]spec, len(reqs))
+	for i, req := range reqs {
+		s, err := specOf(req)
+		if err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		specs[i] = s
+	}
+	return specs, nil
+}
+
+func specOf(req Request) (spec, error) {
 	alg := req.Algorithm
 	if alg == "" {
 		alg = rules.TokenBucket
 	}
-	if _, ok := algorithms[alg]; !ok {
-		return "", fmt.Errorf("%w: %q", ErrUnsupportedAlgorithm, alg)
+	info, ok := algorithms[alg]
+	if !ok {
+		return spec{}, fmt.Errorf("%w: %q", ErrUnsupportedAlgorithm, alg)
 	}
 	switch {
 	case req.Key == "":
-		return "", fmt.Errorf("%w: empty key", ErrInvalidRequest)
-	case req.Limit <= 0:
-		return "", fmt.Errorf("%w: limit %d is not positive", ErrInvalidRequest, req.Limit)
-	case req.Period < time.Microsecond:
-		return "", fmt.Errorf("%w: period %v is shorter than 1µs", ErrInvalidRequest, req.Period)
-	case req.Burst < 0:
-		return "", fmt.Errorf("%w: burst %d is negative", ErrInvalidRequest, req.Burst)
+		return spec{}, fmt.Errorf("%w: empty key", ErrInvalidRequest)
+	case req.Limit <= 0 || req.Limit > maxCount:
+		return spec{}, fmt.Errorf("%w: limit %d is not in [1, 2^53]", ErrInvalidRequest, req.Limit)
+	case req.Period < time.Microsecond || req.Period > maxMicros*time.Microsecond:
+		return spec{}, fmt.Errorf("%w: period %v is not in [1µs, 285y]", ErrInvalidRequest, req.Period)
+	case req.Burst < 0 || req.Burst > maxCount:
+		return spec{}, fmt.Errorf("%w: burst %d is not in [0, 2^53]", ErrInvalidRequest, req.Burst)
 	case req.Hits < 0:
-		return "", fmt.Errorf("%w: hits %d is negative", ErrInvalidRequest, req.Hits)
+		return spec{}, fmt.Errorf("%w: hits %d is negative", ErrInvalidRequest, req.Hits)
+	case req.MaxDelay < 0:
+		return spec{}, fmt.Errorf("%w: max delay %v is negative", ErrInvalidRequest, req.MaxDelay)
 	}
-	return alg, nil
-}
-
-// burst returns req's bucket capacity: Burst, defaulting to Limit.
-func burst(req Request) int64 {
-	if req.Burst == 0 {
-		return req.Limit
+	s := spec{
+		key:    req.Key + info.suffix,
+		code:   info.code,
+		limit:  req.Limit,
+		period: req.Period.Microseconds(),
+		hits:   req.Hits,
 	}
-	return req.Burst
+	s.capacity = req.Limit
+	if info.bucket && req.Burst > 0 {
+		s.capacity = req.Burst
+	}
+	if alg == rules.FixedWindow && req.Calendar {
+		code, ok := calendarPeriods[req.Period]
+		if !ok {
+			return spec{}, fmt.Errorf("%w: calendar windows need the period of a day, week, month or year, not %v", ErrInvalidRequest, req.Period)
+		}
+		s.calendar = code
+	}
+	if alg == rules.LeakyBucket {
+		// Round up so a sub-µs MaxDelay still means shaping.
+		s.maxDelay = int64((req.MaxDelay + time.Microsecond - 1) / time.Microsecond)
+	}
+	return s, nil
 }

@@ -114,6 +114,8 @@ func TestTakeBurstThenReject(t *testing.T) {
 
 func TestTakeRefill(t *testing.T) {
 	r, _, prefix := newTestRedis(t)
+	now := int64(t0)
+	r.now = func() int64 { return now }
 	// 10 per second: a token every 100 ms.
 	req := Request{Key: testKey(prefix, "refill"), Limit: 10, Period: time.Second, Burst: 3, Hits: 1}
 	for i := range 3 {
@@ -125,10 +127,10 @@ func TestTakeRefill(t *testing.T) {
 	if d.Allowed {
 		t.Fatal("take 4: allowed, want rejected")
 	}
-	if d.RetryAfter <= 0 || d.RetryAfter > 100*time.Millisecond {
-		t.Fatalf("RetryAfter = %v, want in (0, 100ms]", d.RetryAfter)
+	if d.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("RetryAfter = %v, want 100ms", d.RetryAfter)
 	}
-	time.Sleep(d.RetryAfter + 20*time.Millisecond)
+	now += d.RetryAfter.Microseconds()
 	d = take1(t, r, req)
 	if !d.Allowed {
 		t.Fatalf("after waiting RetryAfter: not allowed: %+v", d)
@@ -137,8 +139,8 @@ func TestTakeRefill(t *testing.T) {
 		t.Errorf("after refill of one token: Remaining = %d, want 0", d.Remaining)
 	}
 
-	// A full refill: after 300 ms+ the bucket holds its burst again.
-	time.Sleep(350 * time.Millisecond)
+	// A full refill: 300 ms later the bucket holds its burst again.
+	now += 300_000
 	d = take1(t, r, Request{Key: req.Key, Limit: 10, Period: time.Second, Burst: 3})
 	if !d.Allowed || d.Remaining != 3 || d.ResetAfter != 0 {
 		t.Errorf("after full refill: %+v, want allowed, Remaining 3, ResetAfter 0", d)
@@ -198,7 +200,7 @@ func stateKey(req Request) string {
 	if alg == "" {
 		alg = rules.TokenBucket
 	}
-	return req.Key + stateSuffix[alg]
+	return req.Key + algorithms[alg].suffix
 }
 
 func TestTakePeek(t *testing.T) {
@@ -344,10 +346,8 @@ func TestTakeAfterScriptFlush(t *testing.T) {
 
 func TestTakeConcurrent(t *testing.T) {
 	const (
-		clients    = 3
-		goroutines = 64
-		perG       = 4
-		burst      = 100
+		clients = 3
+		burst   = 100
 	)
 	url := testenv.RedisURL(t)
 	var engines []*Redis
@@ -362,8 +362,27 @@ func TestTakeConcurrent(t *testing.T) {
 		cleanupClient = c
 	}
 	prefix := testPrefix(t, cleanupClient)
-	// One token per hour: no refill while the test runs.
-	req := Request{Key: testKey(prefix, "hot"), Limit: 1, Period: time.Hour, Burst: burst, Hits: 1}
+	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow} {
+		// Token bucket: one token per hour, no refill while the test runs.
+		req := Request{Key: testKey(prefix, "hot"+string(alg)), Algorithm: alg, Limit: 1, Period: time.Hour, Burst: burst, Hits: 1}
+		if alg == rules.FixedWindow {
+			req.Limit, req.Period = burst, noBoundary
+		}
+		t.Run(string(alg), func(t *testing.T) { concurrentTakes(t, engines, req) })
+	}
+}
+
+// noBoundary is a window period whose current window (multiples since the
+// epoch) runs until 2070: no boundary falls inside a test.
+const noBoundary = 100 * 365 * 24 * time.Hour
+
+func concurrentTakes(t *testing.T, engines []*Redis, req Request) {
+	const (
+		goroutines = 64
+		perG       = 4
+		burst      = 100
+	)
+	clients := len(engines)
 
 	var allowed, rejected atomic.Int64
 	var wg sync.WaitGroup
@@ -425,7 +444,9 @@ func TestTakeInvalid(t *testing.T) {
 		{"negative burst", func(r *Request) { r.Burst = -1 }, ErrInvalidRequest},
 		{"negative hits", func(r *Request) { r.Hits = -1 }, ErrInvalidRequest},
 		{"unknown algorithm", func(r *Request) { r.Algorithm = "magic" }, ErrUnsupportedAlgorithm},
-		{"not yet implemented", func(r *Request) { r.Algorithm = rules.SlidingWindowLog }, ErrUnsupportedAlgorithm},
+		{"huge limit", func(r *Request) { r.Limit = 1<<53 + 1 }, ErrInvalidRequest},
+		{"negative max delay", func(r *Request) { r.MaxDelay = -1 }, ErrInvalidRequest},
+		{"calendar with an hour", func(r *Request) { r.Algorithm, r.Calendar, r.Period = rules.FixedWindow, true, time.Hour }, ErrInvalidRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -471,29 +492,31 @@ func TestTakeDefaultClient(t *testing.T) {
 }
 
 func TestDecodeMalformed(t *testing.T) {
-	reqs := []Request{{Limit: 1, Burst: 1}}
+	call := func() []*takeCall { return []*takeCall{{specs: []spec{{limit: 1, capacity: 1}}}} }
+	i := func(v int64) any { return v }
 	tests := []struct {
 		name  string
 		reply any
 	}{
 		{"not an array", int64(1)},
-		{"too short", []any{int64(1), int64(0), int64(0)}},
-		{"too long", []any{int64(1), int64(0), int64(0), int64(0), int64(0)}},
-		{"string value", []any{int64(1), "0", int64(0), int64(0)}},
-		{"bad flag", []any{int64(2), int64(0), int64(0), int64(0)}},
+		{"too short", []any{i(1), i(0), i(0), i(0)}},
+		{"too long", []any{i(1), i(0), i(0), i(0), i(0), i(0)}},
+		{"string value", []any{i(1), "0", i(0), i(0), i(0)}},
+		{"bad flag", []any{i(2), i(0), i(0), i(0), i(0)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := decode(tt.reply, reqs); !errors.Is(err, errMalformedReply) {
+			if err := decode(tt.reply, call(), 1); !errors.Is(err, errMalformedReply) {
 				t.Errorf("decode: got %v, want errMalformedReply", err)
 			}
 		})
 	}
-	ds, err := decode([]any{int64(0), int64(3), int64(1 << 62), int64(-5)}, reqs)
-	if err != nil {
+	calls := call()
+	if err := decode([]any{i(0), i(3), i(1 << 62), i(-5), i(-1)}, calls, 1); err != nil {
 		t.Fatalf("decode: %v", err)
 	}
-	if ds[0].ResetAfter != maxMicros*time.Microsecond || ds[0].RetryAfter != 0 {
-		t.Errorf("out-of-range durations not clamped: %+v", ds[0])
+	d := calls[0].ds[0]
+	if d.ResetAfter != maxMicros*time.Microsecond || d.RetryAfter != 0 || d.Delay != 0 || d.Remaining != 1 {
+		t.Errorf("out-of-range values not clamped: %+v", d)
 	}
 }

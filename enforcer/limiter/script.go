@@ -1,11 +1,12 @@
 package limiter
 
 import (
+	"context"
 	_ "embed" // the Lua sources
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,88 +15,310 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// The limiter runs one Lua script per Take, assembled from one file per
-// algorithm and the driver (take.lua). One script for every algorithm is what
-// lets a single call decide keys of different algorithms all-or-nothing.
+// The limiter runs one Lua script, assembled from one file per algorithm and
+// the driver (take.lua). One script for every algorithm is what lets a single
+// call decide keys of different algorithms all-or-nothing.
 var (
 	//go:embed take.lua
 	takeLua string
 	//go:embed token_bucket.lua
 	tokenBucketLua string
+	//go:embed leaky_bucket.lua
+	leakyBucketLua string
+	//go:embed fixed_window.lua
+	fixedWindowLua string
+	//go:embed sliding_window_log.lua
+	slidingWindowLogLua string
+	//go:embed sliding_window_counter.lua
+	slidingWindowCounterLua string
 )
 
-// algorithms maps each supported algorithm to its Lua chunk, which returns
-// the function take.lua calls for that algorithm's keys. Adding an algorithm
-// is one .lua file, one entry here and one suffix in stateSuffix.
-var algorithms = map[rules.Algorithm]string{
-	rules.TokenBucket: tokenBucketLua,
+// algorithmInfo is what the engine knows about one algorithm.
+type algorithmInfo struct {
+	// code names the algorithm in the script's arguments (short: it is sent
+	// with every request).
+	code string
+	// suffix is appended to Request.Key (after its hash tag, so the slot is
+	// unchanged) to form the key the algorithm keeps its state under.
+	// Algorithms never share state: switching a limit's algorithm starts it
+	// afresh instead of misreading (or failing with WRONGTYPE on) another
+	// algorithm's value.
+	suffix string
+	// bucket is set for the algorithms whose capacity is Burst.
+	bucket bool
+	lua    string
 }
 
-// stateSuffix is appended to Request.Key (after its hash tag, so the slot is
-// unchanged) to form the key an algorithm keeps its state under. Algorithms
-// never share state: switching a limit's algorithm starts it afresh instead of
-// misreading (or failing with WRONGTYPE on) another algorithm's value.
-var stateSuffix = map[rules.Algorithm]string{
-	rules.TokenBucket: ":tb",
+// algorithms lists every supported algorithm. Adding one is one .lua file and
+// one entry here (and its Go twin in local.go).
+var algorithms = map[rules.Algorithm]algorithmInfo{
+	rules.TokenBucket:          {code: "tb", suffix: ":tb", bucket: true, lua: tokenBucketLua},
+	rules.LeakyBucket:          {code: "lb", suffix: ":lb", bucket: true, lua: leakyBucketLua},
+	rules.FixedWindow:          {code: "fw", suffix: ":fw", lua: fixedWindowLua},
+	rules.SlidingWindowLog:     {code: "sl", suffix: ":sl", lua: slidingWindowLogLua},
+	rules.SlidingWindowCounter: {code: "sc", suffix: ":sc", lua: slidingWindowCounterLua},
 }
 
-// argsPerKey is the number of ARGV values take.lua reads per key.
-const argsPerKey = 5
-
-// valuesPerKey is the number of integers take.lua returns per key.
-const valuesPerKey = 4
+// valuesPerRequest is the number of integers take.lua returns per request.
+const valuesPerRequest = 5
 
 var takeScript = redis.NewScript(assemble())
 
-// assemble builds the script source: a local table of algorithm functions,
-// each file wrapped in a function so its locals stay its own, then the driver.
+// assemble builds the script source: each algorithm file wrapped in a
+// function (so its locals stay its own) that builds its module on first use
+// in a call, then the driver. Building only the algorithms a call uses
+// matters: the script body runs on every call.
 func assemble() string {
 	var b strings.Builder
-	b.WriteString("local algorithms = {}\n")
+	b.WriteString("local chunks = {}\n")
 	// Sorted, so every node runs a byte-identical script (one SHA in the cache).
-	for _, name := range slices.Sorted(maps.Keys(algorithms)) {
-		fmt.Fprintf(&b, "algorithms[%q] = (function()\n%s\nend)()\n", string(name), algorithms[name])
+	codes := make([]string, 0, len(algorithms))
+	byCode := map[string]string{}
+	for _, info := range algorithms {
+		codes = append(codes, info.code)
+		byCode[info.code] = info.lua
 	}
+	slices.Sort(codes)
+	for _, code := range codes {
+		fmt.Fprintf(&b, "chunks[%q] = function()\n%s\nend\n", code, byCode[code])
+	}
+	b.WriteString(`local algorithms = setmetatable({}, { __index = function(t, code)
+	local chunk = chunks[code]
+	if chunk == nil then
+		return nil
+	end
+	local m = chunk()
+	rawset(t, code, m)
+	return m
+end })
+`)
 	b.WriteString(takeLua)
 	return b.String()
+}
+
+// Limits of one script call. A call runs atomically on the Redis server,
+// blocking it, so it must stay short: a request costs the script 1–3 µs, so
+// a full call runs for about a millisecond at most.
+const (
+	maxTakesPerScript    = 256
+	maxRequestsPerScript = 512
+)
+
+// invocation is one script call deciding one or more takeCalls, all on one
+// hash slot.
+type invocation struct {
+	calls  []*takeCall
+	keys   []string
+	limits []limitParams // distinct limits, numbered from 1 in the script
+	index  map[limitParams]int
+	takes  []any // the per-Take part of ARGV
+	n      int   // requests
+	cmd    *redis.Cmd
+}
+
+// limitParams is what the script needs to know about a limit besides its key.
+type limitParams struct {
+	code                                        string
+	limit, period, capacity, calendar, maxDelay int64
+}
+
+func (inv *invocation) add(c *takeCall) {
+	inv.calls = append(inv.calls, c)
+	inv.takes = append(inv.takes, string(rune(c.mode)), len(c.specs))
+	for _, s := range c.specs {
+		inv.keys = append(inv.keys, s.key)
+		inv.takes = append(inv.takes, inv.limitNumber(s), s.hits)
+	}
+	inv.n += len(c.specs)
+}
+
+// limitNumber returns the script's number for s's limit, adding it if new.
+func (inv *invocation) limitNumber(s spec) int {
+	p := limitParams{s.code, s.limit, s.period, s.capacity, s.calendar, s.maxDelay}
+	if inv.index != nil {
+		if i, ok := inv.index[p]; ok {
+			return i
+		}
+	} else {
+		// Usually a call holds a handful of limits: a scan beats a map.
+		for i, have := range inv.limits {
+			if have == p {
+				return i + 1
+			}
+		}
+	}
+	inv.limits = append(inv.limits, p)
+	i := len(inv.limits)
+	if inv.index != nil {
+		inv.index[p] = i
+	} else if i == 8 {
+		inv.index = make(map[limitParams]int, 16)
+		for j, have := range inv.limits {
+			inv.index[have] = j + 1
+		}
+	}
+	return i
+}
+
+// args returns the script's ARGV.
+func (inv *invocation) args(now string) []any {
+	args := make([]any, 0, 2+6*len(inv.limits)+len(inv.takes))
+	args = append(args, now, len(inv.limits))
+	for _, p := range inv.limits {
+		args = append(args, p.code, p.limit, p.period, p.capacity, p.calendar, p.maxDelay)
+	}
+	return append(args, inv.takes...)
+}
+
+// exec runs calls, one script call each, or, with pack, one script call per
+// hash slot for all calls on it (within the size limits), and sets each
+// call's ds or err. Several script calls go in one pipeline.
+func (r *Redis) exec(ctx context.Context, calls []*takeCall, pack bool) {
+	now := ""
+	if r.now != nil {
+		now = strconv.FormatInt(r.now(), 10)
+	}
+	var invs []*invocation
+	var open map[int]*invocation // slot → invocation still taking calls
+	if pack && len(calls) > 1 {
+		open = make(map[int]*invocation)
+	}
+	for _, c := range calls {
+		inv := open[c.slot]
+		if inv == nil || len(inv.calls) >= maxTakesPerScript || inv.n+len(c.specs) > maxRequestsPerScript {
+			inv = &invocation{}
+			invs = append(invs, inv)
+			if open != nil {
+				open[c.slot] = inv
+			}
+		}
+		inv.add(c)
+	}
+
+	r.run(ctx, invs, now)
+
+	// A Redis error reply (not a connection failure) in a packed call is one
+	// of its Takes failing, say WRONGTYPE on a key something else wrote: run
+	// those calls again one by one, so the others still get decided. The
+	// script fails before writing anything (state is read, and its type
+	// checked, before any write), so nothing is counted twice.
+	var alone []*invocation
+	for i, inv := range invs {
+		var rerr redis.Error
+		if len(inv.calls) > 1 && errors.As(inv.cmd.Err(), &rerr) {
+			for _, c := range inv.calls {
+				one := &invocation{}
+				one.add(c)
+				alone = append(alone, one)
+			}
+			invs[i] = nil
+		}
+	}
+	if len(alone) > 0 {
+		r.run(ctx, alone, now)
+		invs = append(slices.DeleteFunc(invs, func(inv *invocation) bool { return inv == nil }), alone...)
+	}
+
+	for _, inv := range invs {
+		reply, err := inv.cmd.Result()
+		if err != nil {
+			err = fmt.Errorf("run limiter script: %w", err)
+			for _, c := range inv.calls {
+				c.ds, c.err = nil, err
+			}
+			continue
+		}
+		if err := decode(reply, inv.calls, inv.n); err != nil {
+			err = fmt.Errorf("decode limiter script reply: %w", err)
+			for _, c := range inv.calls {
+				c.ds, c.err = nil, err
+			}
+		}
+	}
+}
+
+// run sends invs with EVALSHA, in one pipeline when there are several, and
+// sends again with EVAL (which loads the script) those that failed with
+// NOSCRIPT: the script cache was flushed or the server restarted. A NOSCRIPT
+// reply means the script did not run, so the retry cannot double-count.
+func (r *Redis) run(ctx context.Context, invs []*invocation, now string) {
+	if len(invs) == 1 {
+		inv := invs[0]
+		args := inv.args(now)
+		inv.cmd = takeScript.EvalSha(ctx, r.client, inv.keys, args...)
+		if isNoScript(inv.cmd.Err()) {
+			inv.cmd = takeScript.Eval(ctx, r.client, inv.keys, args...)
+		}
+		return
+	}
+	pipe := r.client.Pipeline()
+	for _, inv := range invs {
+		inv.cmd = takeScript.EvalSha(ctx, pipe, inv.keys, inv.args(now)...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var again []*invocation
+	for _, inv := range invs {
+		if isNoScript(inv.cmd.Err()) {
+			again = append(again, inv)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	pipe = r.client.Pipeline()
+	for _, inv := range again {
+		inv.cmd = takeScript.Eval(ctx, pipe, inv.keys, inv.args(now)...)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // errMalformedReply marks a script reply that does not have the expected shape.
 var errMalformedReply = errors.New("malformed limiter script reply")
 
-// decode turns the script's flat integer reply (valuesPerKey per request:
-// allowed, remaining, reset_after µs, retry_after µs) into decisions. It is
-// the only place that interprets the reply.
-func decode(reply any, reqs []Request) ([]Decision, error) {
+// decode turns the script's flat integer reply (valuesPerRequest per request
+// of every call, in order: allowed, remaining, reset_after µs, retry_after
+// µs, delay µs) into each call's decisions. It is the only place that
+// interprets the reply.
+func decode(reply any, calls []*takeCall, n int) error {
 	vals, ok := reply.([]any)
 	if !ok {
-		return nil, fmt.Errorf("%w: got %T, want an array", errMalformedReply, reply)
+		return fmt.Errorf("%w: got %T, want an array", errMalformedReply, reply)
 	}
-	if len(vals) != valuesPerKey*len(reqs) {
-		return nil, fmt.Errorf("%w: got %d values, want %d", errMalformedReply, len(vals), valuesPerKey*len(reqs))
+	if len(vals) != valuesPerRequest*n {
+		return fmt.Errorf("%w: got %d values, want %d", errMalformedReply, len(vals), valuesPerRequest*n)
 	}
-	ds := make([]Decision, len(reqs))
-	for i := range reqs {
-		var n [valuesPerKey]int64
-		for j := range n {
-			v, ok := vals[i*valuesPerKey+j].(int64)
-			if !ok {
-				return nil, fmt.Errorf("%w: value %d is %T, want an integer", errMalformedReply, i*valuesPerKey+j, vals[i*valuesPerKey+j])
+	at := 0
+	for _, c := range calls {
+		ds := make([]Decision, len(c.specs))
+		for j, s := range c.specs {
+			var v [valuesPerRequest]int64
+			for x := range v {
+				i, ok := vals[at].(int64)
+				if !ok {
+					return fmt.Errorf("%w: value %d is %T, want an integer", errMalformedReply, at, vals[at])
+				}
+				v[x] = i
+				at++
 			}
-			n[j] = v
+			if v[0] != 0 && v[0] != 1 {
+				return fmt.Errorf("%w: allowed flag %d", errMalformedReply, v[0])
+			}
+			ds[j] = Decision{
+				Allowed:    v[0] == 1,
+				Limit:      s.capacity,
+				Remaining:  min(max(v[1], 0), s.capacity),
+				ResetAfter: micros(v[2]),
+				RetryAfter: micros(v[3]),
+				Delay:      micros(v[4]),
+			}
 		}
-		if n[0] != 0 && n[0] != 1 {
-			return nil, fmt.Errorf("%w: allowed flag %d", errMalformedReply, n[0])
-		}
-		ds[i] = Decision{
-			Allowed:    n[0] == 1,
-			Limit:      burst(reqs[i]),
-			Remaining:  n[1],
-			ResetAfter: micros(n[2]),
-			RetryAfter: micros(n[3]),
-		}
+		c.ds = ds
 	}
-	return ds, nil
+	return nil
 }
 
 // maxMicros matches MAX_US in take.lua; it keeps µs→ns conversion in range.

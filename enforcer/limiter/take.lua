@@ -1,13 +1,48 @@
 -- take.lua: the driver of the limiter script, appended after the algorithm
--- chunks (script.go assembles them; each algorithm's file becomes
--- algorithms[name]). It decides every key first and writes only when every key
--- allows the request: all-or-nothing, so a request rejected by one limit
--- consumes nothing from the others.
+-- chunks (script.go assembles them: algorithms[code] is the module of the
+-- algorithm file with that code, built on first use). One call decides one
+-- or more Takes, in order, as if each ran alone: a Take sees every earlier
+-- Take of the call that was committed, and each Take is all-or-nothing on
+-- its own.
 --
--- KEYS[i]    the state key of request i.
--- ARGV       five values per key: algorithm, limit, period (µs), burst, hits.
--- Returns    four integers per key: allowed (1|0), remaining, reset_after (µs),
---            retry_after (µs). Rounding and clamping happen here, once.
+-- Every algorithm chunk returns a table of three functions:
+--   load(key, now, period)  reads the key's state from Redis into a table;
+--   decide(key, st, now, limit, period, cap, hits, cal, max_delay, force)
+--       decides one request against state st, never modifying st, and
+--       returns eight values:
+--         allowed      whether this key alone admits the request;
+--         retry        µs until it would (when not allowed);
+--         delay        µs the request should wait before proceeding (shaping);
+--         rem0, reset0 remaining and µs until reset of the untouched state;
+--         state        the new state, when the request takes something
+--                      (hits > 0) and is allowed (or force is set), else nil;
+--         rem, reset   remaining and reset after the request (= rem0, reset0
+--                      when state is nil);
+--   store(key, st, now, period)  writes state st back, with a TTL.
+-- Nothing is written until every Take of the call is decided, and each dirty
+-- key is written once.
+--
+-- KEYS       one state key per request, in order (a key may repeat).
+-- ARGV[1]    "" to take the time from Redis TIME; otherwise a time in µs that
+--            overrides it (tests only: production never sets it).
+-- ARGV[2]    the number S of distinct limits in the call, then six values per
+--            limit: algorithm code, limit, period (µs), capacity (burst of a
+--            bucket, limit of a window), calendar (0 none, 1 day, 2 week,
+--            3 month, 4 year), max delay (µs, 0 = never delay). Requests
+--            refer to them by number, so a hot limit's parameters are sent
+--            and parsed once per call, not once per request.
+-- Then, per Take:
+--   mode     "t": take: commit only if every request is allowed;
+--            "c": check: decide, never commit (a dry run);
+--            "f": force: commit every request, allowed or not (the second
+--                 phase of a Take spanning Redis Cluster slots, whose check
+--                 already passed);
+--   count    the number of requests in the Take;
+--   and two values per request: its limit's number (1..S) and hits (0 =
+--   peek).
+-- Returns    five integers per request: allowed (1|0), remaining,
+--            reset_after (µs), retry_after (µs), delay (µs). Rounding and
+--            clamping happen here, once.
 
 -- Redis < 5 replicates scripts verbatim, which forbids writes after TIME;
 -- newer servers replicate effects anyway (the call is a no-op there).
@@ -27,52 +62,125 @@ local function clamp(x, lo, hi)
 	return x
 end
 
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
-local results = {}
-local cache = {}
-local all = true
-for i, key in ipairs(KEYS) do
-	local base = (i - 1) * 5
-	local name = ARGV[base + 1]
-	local algorithm = algorithms[name]
-	if algorithm == nil then
-		return redis.error_reply("ERR sluice limiter: unknown algorithm " .. tostring(name))
-	end
-	local r = algorithm(key, now,
-		tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
-		tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]), cache)
-	results[i] = r
-	if not r.allowed then
-		all = false
-	end
+local now
+if ARGV[1] ~= "" then
+	now = tonumber(ARGV[1])
+else
+	local t = redis.call("TIME")
+	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-if all then
-	for i = 1, #results do
-		if results[i].write then
-			results[i].write()
+-- The limits of this call.
+local nlimits = tonumber(ARGV[2])
+local L_alg, L_limit, L_period, L_cap, L_cal, L_md = {}, {}, {}, {}, {}, {}
+local a = 3
+for j = 1, nlimits do
+	local alg = algorithms[ARGV[a]]
+	if alg == nil then
+		return redis.error_reply("ERR sluice limiter: unknown algorithm " .. tostring(ARGV[a]))
+	end
+	L_alg[j], L_limit[j], L_period[j], L_cap[j], L_cal[j], L_md[j] =
+		alg, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+	a = a + 6
+end
+
+local states = {} -- key → committed state (loaded, or changed by an earlier Take)
+local dirty = {}  -- key → {algorithm, period} of the last committed change
+local order = {}  -- dirty keys in first-change order, so writes are deterministic
+local out, n = {}, 0
+
+-- The current Take's requests, RS values each at R[(i-1)*RS + 1..RS]; reused.
+-- (Multiple return values and one reused table rather than a table per
+-- request: this loop runs for every request a node sends.)
+local R, RS = {}, 11
+local k = 1
+local nargv = #ARGV
+while a <= nargv do
+	local mode = ARGV[a]
+	local count = tonumber(ARGV[a + 1])
+	a = a + 2
+	local force = mode == "f"
+	-- key → state after this Take's earlier requests; only a Take of several
+	-- requests can name a key twice.
+	local tentative
+	if count > 1 then
+		tentative = {}
+	end
+	local all = true
+	for i = 1, count do
+		local key = KEYS[k]
+		local j, hits = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+		k, a = k + 1, a + 2
+		local alg, period = L_alg[j], L_period[j]
+		local st
+		if tentative then
+			st = tentative[key]
 		end
+		local dup = st ~= nil
+		if st == nil then
+			st = states[key]
+			if st == nil then
+				st = alg.load(key, now, period)
+				states[key] = st
+			end
+		end
+		local allowed, retry, delay, rem0, reset0, state, rem, reset =
+			alg.decide(key, st, now, L_limit[j], period, L_cap[j], hits, L_cal[j], L_md[j], force)
+		if state ~= nil and tentative then
+			tentative[key] = state
+		end
+		if not allowed then
+			all = false
+		end
+		local b = (i - 1) * RS
+		R[b + 1], R[b + 2], R[b + 3], R[b + 4], R[b + 5], R[b + 6] = key, j, allowed, retry, delay, rem0
+		R[b + 7], R[b + 8], R[b + 9], R[b + 10], R[b + 11] = reset0, state or false, rem, reset, dup
+	end
+
+	local commit = force or (mode == "t" and all)
+	for i = 1, count do
+		local b = (i - 1) * RS
+		local key, j = R[b + 1], R[b + 2]
+		local allowed, remaining, reset, retry, delay = 1, R[b + 9], R[b + 10], 0, R[b + 5]
+		if commit then
+			local state = R[b + 8]
+			if state then
+				states[key] = state
+				local d = dirty[key]
+				if d == nil then
+					order[#order + 1] = key
+					dirty[key] = { L_alg[j], L_period[j] }
+				else
+					d[1], d[2] = L_alg[j], L_period[j]
+				end
+			end
+		else
+			remaining, reset = R[b + 6], R[b + 7]
+			if R[b + 11] then
+				-- An earlier request of this Take used the key; report the
+				-- state the rejected Take leaves, not its tentative one.
+				local _
+				_, _, _, remaining, reset = L_alg[j].decide(key, states[key], now,
+					L_limit[j], L_period[j], L_cap[j], 0, L_cal[j], L_md[j], false)
+			end
+			if not R[b + 3] then
+				-- A rejection always says to wait at least 1 µs.
+				allowed, retry, delay = 0, clamp(math.ceil(R[b + 4]), 1, MAX_US), 0
+			elseif mode == "t" then
+				delay = 0 -- the Take was rejected: nobody waits
+			end
+		end
+		out[n + 1] = allowed
+		out[n + 2] = clamp(math.floor(remaining), 0, L_cap[j])
+		out[n + 3] = clamp(math.ceil(reset), 0, MAX_US)
+		out[n + 4] = retry
+		out[n + 5] = clamp(math.ceil(delay), 0, MAX_US)
+		n = n + 5
 	end
 end
 
-local out = {}
-for i, r in ipairs(results) do
-	local burst = tonumber(ARGV[(i - 1) * 5 + 4])
-	local remaining, reset = r.remaining, r.reset
-	if not all then
-		remaining, reset = r.remaining_now, r.reset_now
-	end
-	local allowed, retry = 1, 0
-	if not r.allowed then
-		-- A rejection always says to wait at least 1 µs.
-		allowed, retry = 0, clamp(math.ceil(r.retry), 1, MAX_US)
-	end
-	local n = #out
-	out[n + 1] = allowed
-	out[n + 2] = clamp(math.floor(remaining), 0, burst)
-	out[n + 3] = clamp(math.ceil(reset), 0, MAX_US)
-	out[n + 4] = retry
+for _, key in ipairs(order) do
+	local d = dirty[key]
+	d[1].store(key, states[key], now, d[2])
 end
 return out

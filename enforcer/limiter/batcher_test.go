@@ -1,0 +1,454 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// randomTakes returns n random Takes over a handful of hot keys of every
+// algorithm, keyed under prefix: repeated keys, several keys per Take,
+// peeks, large hits.
+func randomTakes(rng *rand.Rand, prefix string, n int) [][]Request {
+	algs := []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.SlidingWindowCounter}
+	var limits []Request
+	for i, alg := range algs {
+		for j := range 2 {
+			req := Request{Key: testKey(prefix, fmt.Sprintf("%d.%d", i, j)), Algorithm: alg, Limit: 5 + rng.Int64N(20), Period: time.Hour}
+			if alg == rules.LeakyBucket && j == 1 {
+				req.MaxDelay = time.Duration(rng.Int64N(600)) * time.Second
+			}
+			limits = append(limits, req)
+		}
+	}
+	takes := make([][]Request, n)
+	for i := range takes {
+		for range 1 + rng.IntN(3) {
+			req := limits[rng.IntN(len(limits))]
+			req.Hits = []int64{0, 1, 1, 1, 2, 4, 30}[rng.IntN(7)]
+			takes[i] = append(takes[i], req)
+		}
+	}
+	return takes
+}
+
+// TestCoalescedEqualsSerial decides the same Takes twice at the same
+// instant: one Take per call in order, then all in coalesced script calls
+// (one per 256 Takes), and wants identical decisions.
+func TestCoalescedEqualsSerial(t *testing.T) {
+	r, _, prefix := newTestRedis(t)
+	r.now = func() int64 { return t0 }
+	rng := rand.New(rand.NewPCG(7, 8))
+	takes := randomTakes(rng, prefix+"serial:", 600)
+
+	serial := make([][]Decision, len(takes))
+	for i, reqs := range takes {
+		serial[i] = take(t, r, reqs...)
+	}
+
+	var calls []*takeCall
+	for _, reqs := range takes {
+		for j := range reqs {
+			reqs[j].Key = prefix + "packed:" + reqs[j].Key[len(prefix+"serial:"):]
+		}
+		specs, err := specsOf(reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := r.group(specs)[0]
+		c.mode = modeTake
+		calls = append(calls, c)
+	}
+	r.exec(context.Background(), calls, true)
+
+	rejected := 0
+	for i, c := range calls {
+		if c.err != nil {
+			t.Fatalf("take %d: %v", i, c.err)
+		}
+		for j := range c.ds {
+			if c.ds[j] != serial[i][j] {
+				t.Fatalf("take %d request %d (%+v):\n  serial %+v\ncoalesced %+v", i, j, takes[i][j], serial[i][j], c.ds[j])
+			}
+			if !c.ds[j].Allowed {
+				rejected++
+			}
+		}
+	}
+	if rejected < 100 {
+		t.Errorf("only %d rejections: the scenario does not exercise limits", rejected)
+	}
+}
+
+// takeAll runs clients × goroutines × perG single-request Takes of req
+// concurrently and returns how many were allowed.
+func takeAll(t *testing.T, stores []Store, goroutines, perG int, req Request) int64 {
+	t.Helper()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, s := range stores {
+		for range goroutines {
+			wg.Go(func() {
+				<-start
+				for range perG {
+					ds, err := s.Take(context.Background(), []Request{req})
+					if err != nil {
+						t.Errorf("Take: %v", err)
+						return
+					}
+					if ds[0].Allowed {
+						allowed.Add(1)
+					}
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	return allowed.Load()
+}
+
+// Store is the engine's view of a limiter, for tests that run several.
+type Store interface {
+	Take(context.Context, []Request) ([]Decision, error)
+}
+
+// TestBatcherConcurrentExact: 3 nodes × 64 goroutines on one key, through
+// batchers (coalescing on and off): exactly the limit is admitted for the
+// algorithms without refill during the test.
+func TestBatcherConcurrentExact(t *testing.T) {
+	url := testenv.RedisURL(t)
+	var cleanup redis.UniversalClient
+	for _, coalesce := range []bool{true, false} {
+		var stores []Store
+		for range 3 {
+			c, err := NewClient(url, WithTimeout(5*time.Second), WithDialTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			cleanup = c
+			stores = append(stores, NewBatcher(NewRedis(c), BatchOptions{NoCoalescing: !coalesce, OverLimitEntries: -1}))
+		}
+		prefix := testPrefix(t, cleanup)
+		for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.LeakyBucket} {
+			req := Request{Key: testKey(prefix, string(alg)), Algorithm: alg, Limit: 100, Period: noBoundary, Hits: 1}
+			if got := takeAll(t, stores, 64, 3, req); got != 100 {
+				t.Errorf("coalesce=%v %s: allowed %d of %d, want exactly 100", coalesce, alg, got, 3*64*3)
+			}
+		}
+	}
+}
+
+func TestBatcherAllOrNothing(t *testing.T) {
+	r, _, prefix := newTestRedis(t)
+	b := NewBatcher(r, BatchOptions{})
+	ctx := context.Background()
+	// One request per algorithm, and a global limit that is exhausted.
+	var reqs []Request
+	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.SlidingWindowCounter} {
+		reqs = append(reqs, Request{Key: testKey(prefix, string(alg)), Algorithm: alg, Limit: 10, Period: noBoundary, Hits: 1})
+	}
+	global := Request{Key: testKey(prefix, "global"), Algorithm: rules.FixedWindow, Limit: 3, Period: noBoundary, Hits: 1}
+	admitted := 0
+	for range 6 {
+		ds, err := b.Take(ctx, append(reqs, global))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds[len(ds)-1].Allowed {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d, want 3", admitted)
+	}
+	for _, req := range reqs {
+		req.Hits = 0
+		ds, err := r.Take(ctx, []Request{req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds[0].Remaining != 7 {
+			t.Errorf("%s: Remaining %d after 3 admitted and 3 rejected Takes, want 7", req.Algorithm, ds[0].Remaining)
+		}
+	}
+}
+
+// TestScriptFlushMidRun flushes the script cache again and again while 64
+// goroutines take: every Take recovers (EVALSHA → NOSCRIPT → EVAL) and the
+// count stays exact.
+func TestScriptFlushMidRun(t *testing.T) {
+	r, c, prefix := newTestRedis(t)
+	for _, s := range []struct {
+		name  string
+		store Store
+	}{{"direct", r}, {"batcher", NewBatcher(r, BatchOptions{OverLimitEntries: -1})}} {
+		t.Run(s.name, func(t *testing.T) {
+			req := Request{Key: testKey(prefix, "flush"+s.name), Limit: 300, Period: noBoundary, Hits: 1}
+			stop := make(chan struct{})
+			var flushes atomic.Int64
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					// Shared instance: other tests recover the same way.
+					if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+						t.Errorf("SCRIPT FLUSH: %v", err)
+						return
+					}
+					flushes.Add(1)
+					time.Sleep(time.Millisecond)
+				}
+			})
+			got := takeAll(t, []Store{s.store}, 64, 8, req)
+			close(stop)
+			wg.Wait()
+			if got != 300 {
+				t.Errorf("allowed %d of %d with %d script flushes, want exactly 300", got, 64*8, flushes.Load())
+			}
+			t.Logf("%d SCRIPT FLUSH during the run", flushes.Load())
+		})
+	}
+}
+
+func TestOverLimitCache(t *testing.T) {
+	r, c, prefix := newTestRedis(t)
+	b := NewBatcher(r, BatchOptions{})
+	ctx := context.Background()
+	bt := func(reqs ...Request) []Decision {
+		t.Helper()
+		ds, err := b.Take(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+
+	// 1 per hour, burst 2: once rejected, the key stays over for an hour.
+	hot := Request{Key: testKey(prefix, "hot"), Limit: 1, Period: time.Hour, Burst: 2, Hits: 1}
+	other := Request{Key: testKey(prefix, "other"), Limit: 100, Period: time.Hour, Hits: 1}
+	bt(hot)
+	bt(hot)
+	first := bt(hot)[0]
+	if first.Allowed || first.Cached {
+		t.Fatalf("third take: %+v, want rejected by Redis", first)
+	}
+	// Redis is not asked any more: even with its state gone, the cache rejects.
+	if err := c.Del(ctx, stateKey(hot)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := bt(hot)[0]
+	if d.Allowed || !d.Cached || d.RetryAfter <= 0 || d.RetryAfter > first.RetryAfter || d.Limit != 2 {
+		t.Errorf("cached rejection: %+v (first %+v)", d, first)
+	}
+	// A Take including the over-limit key consumes nothing from the others.
+	ds := bt(other, hot)
+	if ds[1].Allowed || !ds[0].Allowed || !ds[0].Cached {
+		t.Errorf("Take with a cached over-limit key: %+v", ds)
+	}
+	if d := take1(t, r, Request{Key: other.Key, Limit: 100, Period: time.Hour}); d.Remaining != 100 {
+		t.Errorf("other: Remaining %d, want 100 (untouched)", d.Remaining)
+	}
+	// Fewer hits, a peek, or other parameters are not known to be rejected.
+	if d := bt(Request{Key: hot.Key, Limit: 1, Period: time.Hour, Burst: 2}); d[0].Cached || !d[0].Allowed {
+		t.Errorf("peek: %+v, want asked to Redis", d[0])
+	}
+	if d := bt(Request{Key: hot.Key, Limit: 1, Period: time.Hour, Burst: 5, Hits: 1}); d[0].Cached || !d[0].Allowed {
+		t.Errorf("other burst: %+v, want asked to Redis (and allowed)", d[0])
+	}
+
+	// An entry expires with its RetryAfter.
+	fast := Request{Key: testKey(prefix, "fast"), Limit: 20, Period: time.Second, Burst: 1, Hits: 1}
+	bt(fast)
+	rej := bt(fast)[0]
+	if rej.Allowed {
+		t.Fatal("fast: second take allowed")
+	}
+	time.Sleep(rej.RetryAfter + 5*time.Millisecond)
+	if d := bt(fast)[0]; !d.Allowed || d.Cached {
+		t.Errorf("after RetryAfter: %+v, want allowed by Redis", d)
+	}
+
+	// A rejection caused by the same key earlier in the Take is not cached.
+	dup := Request{Key: testKey(prefix, "dup"), Limit: 1, Period: time.Hour, Burst: 1, Hits: 1}
+	if ds := bt(dup, dup); ds[1].Allowed {
+		t.Fatalf("same key twice with burst 1: %+v", ds)
+	}
+	if d := bt(dup)[0]; !d.Allowed || d.Cached {
+		t.Errorf("after a self-rejected Take: %+v, want allowed by Redis", d)
+	}
+}
+
+func TestOverLimitCacheBounded(t *testing.T) {
+	c := newOverLimitCache(50)
+	now := time.Now()
+	for i := range 500 {
+		s := []spec{{key: fmt.Sprint(i), hits: 1}}
+		c.learn(s, []Decision{{RetryAfter: time.Duration(i+1) * time.Second}}, now)
+	}
+	if n := len(c.m); n > 50 {
+		t.Errorf("cache holds %d entries, want at most 50", n)
+	}
+	later := now.Add(time.Hour)
+	c.learn([]spec{{key: "x", hits: 1}}, []Decision{{RetryAfter: time.Second}}, later)
+	if _, ok := c.answer([]spec{{key: "x", hits: 1}}, later); !ok {
+		t.Error("fresh entry not answered")
+	}
+	if _, ok := c.answer([]spec{{key: "x", hits: 1}}, later.Add(time.Second)); ok {
+		t.Error("expired entry answered")
+	}
+}
+
+func TestBatcherContextDone(t *testing.T) {
+	addr := hungServer(t)
+	c, err := NewClient("redis://"+addr+"/0", WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := NewBatcher(NewRedis(c), BatchOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = b.Take(ctx, []Request{{Key: "k", Limit: 1, Period: time.Second, Hits: 1}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Take with a hung Redis and a 20ms deadline: %v, want DeadlineExceeded", err)
+	}
+}
+
+func TestBatcherDeadRedis(t *testing.T) {
+	c, err := NewClient("redis://127.0.0.1:1/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := NewBatcher(NewRedis(c), BatchOptions{})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			if _, err := b.Take(context.Background(), []Request{{Key: "k", Limit: 1, Period: time.Second, Hits: 1}}); err == nil {
+				t.Error("Take against a dead Redis: no error")
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestRedisRestartedMidRun kills a private redis-server while 32 goroutines
+// take, starts it again on the same port, and wants the takes to fail while
+// it is down and to succeed again by themselves, through batcher and
+// direct engine alike.
+func TestRedisRestartedMidRun(t *testing.T) {
+	p := startRedis(t)
+	c, err := NewClient("redis://" + p.addr() + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := NewRedis(c)
+	stores := []Store{r, NewBatcher(r, BatchOptions{})}
+	req := Request{Key: testKey("restart:", "k"), Limit: 1 << 40, Period: time.Second, Hits: 1}
+
+	var okCount, errCount atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			s := stores[g%2]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.Take(context.Background(), []Request{req}); err != nil {
+					errCount.Add(1)
+					time.Sleep(time.Millisecond)
+				} else {
+					okCount.Add(1)
+				}
+			}
+		})
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("timed out waiting for %s (ok %d, errors %d)", what, okCount.Load(), errCount.Load())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("takes before the crash", func() bool { return okCount.Load() > 100 })
+	p.stop()
+	errs := errCount.Load()
+	waitFor("errors while down", func() bool { return errCount.Load() > errs+100 })
+	down := time.Now()
+	if err := p.start(); err != nil { // same port, empty script cache
+		t.Fatal(err)
+	}
+	back := time.Now()
+	oks := okCount.Load()
+	waitFor("takes after the restart", func() bool { return okCount.Load() > oks+100 })
+	close(stop)
+	wg.Wait()
+	t.Logf("down for %v; takes succeeded again %v after restart; %d ok, %d errors in all",
+		back.Sub(down), time.Since(back), okCount.Load(), errCount.Load())
+	// Both stores work again.
+	for i, s := range stores {
+		if _, err := s.Take(context.Background(), []Request{req}); err != nil {
+			t.Errorf("store %d after restart: %v", i, err)
+		}
+	}
+}
+
+// TestPackedCallError: a Take that fails in Redis (its key holds another
+// type) fails alone; the Takes coalesced with it are decided, once.
+func TestPackedCallError(t *testing.T) {
+	r, c, prefix := newTestRedis(t)
+	bad := Request{Key: testKey(prefix, "bad"), Algorithm: rules.SlidingWindowLog, Limit: 5, Period: time.Hour, Hits: 1}
+	if err := c.Set(context.Background(), stateKey(bad), "not a sorted set", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	good := Request{Key: testKey(prefix, "good"), Algorithm: rules.FixedWindow, Limit: 5, Period: noBoundary, Hits: 1}
+	var calls []*takeCall
+	for _, req := range []Request{good, bad, good} {
+		specs, err := specsOf([]Request{req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := r.group(specs)[0]
+		call.mode = modeTake
+		calls = append(calls, call)
+	}
+	r.exec(context.Background(), calls, true)
+	if calls[1].err == nil {
+		t.Errorf("Take of a key holding a string: no error")
+	}
+	for _, i := range []int{0, 2} {
+		if calls[i].err != nil || !calls[i].ds[0].Allowed || calls[i].ds[0].Remaining != int64(4-i/2) {
+			t.Errorf("good Take %d: %+v %v", i, calls[i].ds, calls[i].err)
+		}
+	}
+	if d := take1(t, r, Request{Key: good.Key, Algorithm: rules.FixedWindow, Limit: 5, Period: noBoundary}); d.Remaining != 3 {
+		t.Errorf("good: Remaining %d, want 3 (counted once each)", d.Remaining)
+	}
+}

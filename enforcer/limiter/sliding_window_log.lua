@@ -1,0 +1,92 @@
+-- sliding_window_log.lua: an exact sliding window. Every admitted hit is
+-- logged with its time; a request is allowed when the hits logged in the
+-- last period, plus its own, stay within limit. The chunk returns the
+-- load/decide/store table take.lua calls for every key whose algorithm is
+-- sliding_window_log.
+--
+-- State: a sorted set with one member per admitted hit, scored by its time
+-- (µs of Redis TIME). A hit at time t counts while t > now - period. Members
+-- are "<t>-<n>": the hits logged at one microsecond are numbered 1, 2, 3...
+-- (ZCOUNT of that score gives the next number, as expired hits are trimmed
+-- by whole scores; it is 0 unless the newest logged hit is at now), so hits
+-- in the same microsecond stay distinct.
+--
+-- Memory: hits are logged only when they fit, and every write trims the
+-- expired ones first, so the set never holds more than limit members:
+-- about 30 bytes per hit up to 128 members (Redis's compact listpack), about
+-- 120 beyond (see BENCHMARKS.md). That makes this the algorithm for small
+-- limits: for thousands of hits per window prefer sliding_window_counter,
+-- which keeps three numbers in ~170 bytes.
+local M = {}
+
+local function us(x)
+	return string.format("%.0f", x)
+end
+
+function M.load(key, now, period)
+	local base = redis.call("ZCOUNT", key, "(" .. us(now - period), "+inf")
+	local newest
+	if base > 0 then
+		newest = tonumber(redis.call("ZRANGE", key, -1, -1, "WITHSCORES")[2])
+	end
+	-- base: hits logged in the window; added: hits admitted by this script
+	-- call, all at now, not yet written; at_now: some logged hit is at now.
+	return { base = base, added = 0, newest = newest, at_now = newest == now }
+end
+
+function M.decide(key, st, now, limit, period, _, hits, _, _, force)
+	local count = st.base + st.added
+	local newest = st.newest
+	if st.added > 0 then
+		newest = now
+	end
+	local rem0, reset0 = limit - count, 0
+	if count > 0 then
+		-- The window is empty once its newest hit has left.
+		reset0 = newest + period - now
+	end
+	local allowed, retry = count + hits <= limit, 0
+	if not allowed then
+		local k = count + hits - limit -- hits that must leave the window first
+		if hits > limit then
+			retry = period -- never fits; a whole window is the best to report
+		elseif k <= st.base then
+			-- The k-th oldest logged hit of the window leaves at its time + period.
+			local expired = redis.call("ZCOUNT", key, "-inf", us(now - period))
+			local e = redis.call("ZRANGE", key, expired + k - 1, expired + k - 1, "WITHSCORES")
+			retry = tonumber(e[2]) + period - now
+		else
+			retry = period -- it is one admitted in this call, at now
+		end
+	end
+	if hits > 0 and (allowed or force) then
+		return allowed, retry, 0, rem0, reset0, { base = st.base, added = st.added + hits, newest = now, at_now = st.at_now },
+			limit - count - hits, period
+	end
+	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
+end
+
+function M.store(key, st, now, period)
+	redis.call("ZREMRANGEBYSCORE", key, "-inf", us(now - period))
+	local t = us(now)
+	local seq = 0
+	if st.at_now then
+		seq = redis.call("ZCOUNT", key, t, t)
+	end
+	local args = {}
+	for i = 1, st.added do
+		args[#args + 1] = t
+		args[#args + 1] = t .. "-" .. us(seq + i)
+		if #args >= 1000 then -- stay far below Lua's unpack limit
+			redis.call("ZADD", key, unpack(args))
+			args = {}
+		end
+	end
+	if #args > 0 then
+		redis.call("ZADD", key, unpack(args))
+	end
+	-- The newest hit leaves the window after one period.
+	redis.call("PEXPIRE", key, math.max(1, math.ceil(period / 1000)))
+end
+
+return M
