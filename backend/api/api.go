@@ -84,7 +84,7 @@ func New(cfg Config) *API {
 	a := &API{store: cfg.Store, hub: cfg.Hub, log: cfg.Log, secure: cfg.SecureCookies, engine: gin.New(),
 		throttle: cfg.LoginThrottle, openapi: openAPIJSON}
 	if a.throttle == nil {
-		a.throttle = newBuckets(time.Now)
+		a.throttle = newThrottle(nil)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

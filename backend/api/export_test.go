@@ -17,4 +17,4 @@ func (a *API) Routes() []string {
 
 // NewTestThrottle returns the in-process sign-in throttle on a clock the
 // test controls.
-func NewTestThrottle(now func() time.Time) Throttle { return newBuckets(now) }
+func NewTestThrottle(now func() time.Time) Throttle { return newThrottle(now) }
