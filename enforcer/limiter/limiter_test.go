@@ -327,12 +327,13 @@ func TestTakeTTL(t *testing.T) {
 }
 
 func TestTakeAfterScriptFlush(t *testing.T) {
-	r, c, prefix := newTestRedis(t)
+	_, r, c := privateRedis(t)
+	prefix := "flush:"
 	req := Request{Key: testKey(prefix, "noscript"), Limit: 10, Period: time.Hour, Burst: 10, Hits: 1}
 	if d := take1(t, r, req); d.Remaining != 9 {
 		t.Fatalf("first take: %+v", d)
 	}
-	// Drops every cached script (shared instance: others recover the same way).
+	// Drops every cached script.
 	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH: %v", err)
 	}
