@@ -70,6 +70,12 @@ type Request struct {
 	// Hits is how much the request adds to every matched limit. Following
 	// Envoy, 0 means 1.
 	Hits uint64
+	// Shape asks for on_limit: delay limits to queue instead of reject: a
+	// request that fits within the limit's max_delay is admitted with
+	// Result.Delay, the time the caller must hold it before letting it
+	// through (the slot is reserved for it). Only callers that can hold a
+	// request (the gateway, the middleware) set it.
+	Shape bool
 }
 
 // Descriptor is one ordered list of entries of a request.
@@ -89,6 +95,8 @@ type Descriptor struct {
 type Override struct {
 	RequestsPerUnit uint32
 	Unit            rules.Unit
+	// Multiplier is the number of Units in the period; 0 means 1.
+	Multiplier uint32
 }
 
 // Status is the answer for one descriptor of a request.
@@ -108,6 +116,9 @@ type Status struct {
 	// StoreFailed is set when the store could not be asked and the limit's
 	// failure mode decided Code.
 	StoreFailed bool
+	// Delay is the wait this limit imposes on an admitted, shaped request
+	// (Request.Shape).
+	Delay time.Duration
 	// Local is set (with StoreFailed) when the in-process limiter decided
 	// Code for a failure_mode: local limit; Remaining, ResetAfter and
 	// RetryAfter are then the local limiter's.
@@ -131,6 +142,9 @@ type Result struct {
 	// StoreErr is the store's error when it failed and failure modes
 	// decided the answer; Check itself then still returns a nil error.
 	StoreErr error
+	// Delay is how long the caller must hold an allowed request before
+	// letting it through (Request.Shape); 0 when it may go at once.
+	Delay time.Duration
 }
 
 // MostRestrictive returns the index of the status a client should be told
@@ -325,9 +339,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		hits = 1
 	}
 	var (
-		reqs   []limiter.Request
-		idx    []int
-		shards []int64
+		reqs []limiter.Request
+		idx  []int
+		adj  []adjustment // per status; nil unless some limit is sharded or shaped
 	)
 	for i, s := range res.Statuses {
 		if s.Limit == nil || s.Limit.Unlimited {
@@ -337,12 +351,12 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		if d := req.Descriptors[i]; d.Hits != nil {
 			h = clampHits(*d.Hits)
 		}
-		r, n := e.storeRequest(req.Domain, req.Descriptors[i].Entries, s.Limit, h)
-		if n > 1 && shards == nil {
-			shards = make([]int64, len(res.Statuses))
-		}
-		if shards != nil {
-			shards[i] = n
+		r, a := e.storeRequest(req.Domain, req.Descriptors[i].Entries, s.Limit, h, req.Shape)
+		if a != (adjustment{}) {
+			if adj == nil {
+				adj = make([]adjustment, len(res.Statuses))
+			}
+			adj[i] = a
 		}
 		reqs = append(reqs, r)
 		idx = append(idx, i)
@@ -355,8 +369,8 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		res.StoreErr = err
 		e.failureModes(ctx, &res, reqs, idx)
 	}
-	if shards != nil {
-		unshard(&res, shards)
+	if adj != nil {
+		adjust(&res, adj)
 	}
 	return res, nil
 }
@@ -450,10 +464,27 @@ func storeHealth(ctx context.Context, err error) error {
 	return err
 }
 
+// adjustment records how a status's store request differs from its limit,
+// so the decision can be translated back.
+type adjustment struct {
+	shards int64 // > 1 when sharded
+	// extra is the number of tokens added to the bucket to shape (queue) up
+	// to MaxDelay of requests; interval is the time one token takes and
+	// burst the bucket's real capacity (for this shard).
+	extra    int64
+	interval time.Duration
+	burst    int64
+}
+
 // storeRequest builds the store request for one descriptor's limit. For a
 // limit split into N shards (Policy.Shards) it picks one shard, round robin,
-// whose key and share of the limit it returns with N; otherwise N is 1.
-func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Limit, hits int64) (limiter.Request, int64) {
+// and asks for that shard's key and share of the limit. When shape is set
+// and the limit's policy is on_limit: delay, the token bucket is deepened by
+// MaxDelay's worth of tokens: a request that fits only in that extra depth
+// is admitted with a delay (Status.Delay) instead of rejected, which makes
+// the bucket a leaky-bucket shaper whose queue holds at most MaxDelay
+// (GCRA with a larger tolerance; one round trip, first come first served).
+func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Limit, hits int64, shape bool) (limiter.Request, adjustment) {
 	period := l.Period
 	if period <= 0 {
 		period = l.Unit.Period()
@@ -471,16 +502,29 @@ func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Lim
 		Burst:     burst,
 		Hits:      hits,
 	}
-	n := int64(e.policy(l).Shards)
-	if n <= 1 {
-		return r, 1
+	var a adjustment
+	p := e.policy(l)
+	if n := int64(p.Shards); n > 1 {
+		shard := e.shardSeq.Add(1) % uint64(n)
+		r.Key = shardKey(r.Key, shard)
+		r.Limit = ceilDiv(limit, n)
+		r.Burst = ceilDiv(burst, n)
+		a.shards = n
 	}
-	shard := e.shardSeq.Add(1) % uint64(n)
-	r.Key = shardKey(r.Key, shard)
-	r.Limit = ceilDiv(limit, n)
-	r.Burst = ceilDiv(burst, n)
-	return r, n
+	if shape && p.OnLimit.Action == Delay && p.OnLimit.MaxDelay > 0 && shapeable(l.Algorithm) {
+		interval := max(r.Period/time.Duration(r.Limit), time.Microsecond)
+		if extra := int64(p.OnLimit.MaxDelay / interval); extra > 0 {
+			a.extra, a.interval, a.burst = extra, interval, r.Burst
+			r.Burst += extra
+		}
+	}
+	return r, a
 }
+
+// shapeable reports whether the algorithm's state is a GCRA token bucket,
+// which shaping deepens. (The limiter's leaky_bucket shaping, when it lands,
+// reports its own delay.)
+func shapeable(a rules.Algorithm) bool { return a == "" || a == rules.TokenBucket }
 
 // shardKey returns the key of one shard of key: the shard number goes
 // inside the hash tag, so on Redis Cluster the shards spread over slots.
@@ -503,23 +547,39 @@ func ceilDiv(a, b int64) int64 {
 	return max((a+b-1)/b, 1)
 }
 
-// unshard scales the counter state of sharded statuses back to the whole
-// limit: remaining across all shards is estimated as the picked shard's
-// remaining times the shard count (never above the bucket).
-func unshard(res *Result, shards []int64) {
-	for i, n := range shards {
-		if n <= 1 {
-			continue
-		}
+// adjust translates the decisions of sharded and shaped limits back to
+// their limits: a sharded limit's remaining is estimated as the picked
+// shard's remaining times the shard count (never above the bucket); a
+// shaped limit's extra depth is taken out of remaining and reset, and an
+// admitted request that used it gets the Delay to hold it for.
+func adjust(res *Result, adj []adjustment) {
+	for i, a := range adj {
 		s := &res.Statuses[i]
-		if !s.Limited() {
+		if !s.Limited() || s.Local {
 			continue
 		}
-		capacity := int64(s.Limit.Burst)
-		if capacity == 0 {
-			capacity = int64(s.Limit.RequestsPerUnit)
+		if a.extra > 0 {
+			tolerance := time.Duration(a.burst) * a.interval
+			s.Remaining = max(s.Remaining-a.extra, 0)
+			if s.Code == OK && !s.Shadowed && s.ResetAfter > tolerance {
+				s.Delay = s.ResetAfter - tolerance
+				res.Delay = max(res.Delay, s.Delay)
+			}
+			s.ResetAfter = min(s.ResetAfter, tolerance)
 		}
-		s.Remaining = min(s.Remaining*n, capacity)
+		if a.shards > 1 {
+			capacity := int64(s.Limit.Burst)
+			if capacity == 0 {
+				capacity = int64(s.Limit.RequestsPerUnit)
+			}
+			s.Remaining = min(s.Remaining*a.shards, capacity)
+		}
+	}
+	if res.Code == OverLimit {
+		res.Delay = 0
+		for i := range res.Statuses {
+			res.Statuses[i].Delay = 0
+		}
 	}
 }
 

@@ -75,6 +75,9 @@ func overrideLimit(domain string, o *Override, matched *rules.Limit) (*rules.Lim
 	if period <= 0 {
 		return nil, fmt.Errorf("limit override: unit %q is not supported", o.Unit)
 	}
+	if o.Multiplier > 1 {
+		period *= time.Duration(o.Multiplier)
+	}
 	l := &rules.Limit{
 		Domain:          domain,
 		Name:            "override",
