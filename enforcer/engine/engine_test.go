@@ -309,7 +309,7 @@ func TestCheckStoreFailureModes(t *testing.T) {
 	}{
 		{"open", engine.OK},
 		{"closed", engine.OverLimit},
-		{"local", engine.OK}, // like open until the local limiter lands
+		{"local", engine.OK}, // the in-process limiter's first request
 		{"closed_shadow", engine.OK},
 	}
 	for _, tt := range tests {
