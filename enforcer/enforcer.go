@@ -100,6 +100,25 @@ type Addrs struct {
 	HTTP, GRPC, Gateway net.Addr
 }
 
+// newEngine returns the engine a node runs: store behind a circuit breaker
+// with the store client's per-call timeout as a deadline, so an outage
+// costs checks no waiting, and the limits' failure modes answer.
+func newEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
+	brk := breaker.New(breaker.Config{
+		OnChange: func(from, to breaker.State) {
+			// One line when an outage starts and one when it ends; the
+			// half-open probes in between are not worth a line each.
+			switch {
+			case from == breaker.Closed:
+				log.Warn("counter store unreachable: circuit breaker open, failure modes answer")
+			case to == breaker.Closed:
+				log.Warn("counter store reachable again: circuit breaker closed")
+			}
+		},
+	})
+	return engine.New(store, prefix, engine.WithBreaker(brk), engine.WithStoreTimeout(limiter.DefaultTimeout))
+}
+
 // Run starts the node and serves until ctx is done, then shuts down
 // gracefully: /readyz turns 503, HTTP, gRPC and the gateway stop accepting
 // and finish the requests in flight (bounded by ShutdownTimeout), the
@@ -149,21 +168,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		return fmt.Errorf("enforcer: %w", err)
 	}
 	defer client.Close()
-	brk := breaker.New(breaker.Config{
-		OnChange: func(from, to breaker.State) {
-			// One line when an outage starts and one when it ends; the
-			// half-open probes in between are not worth a line each.
-			switch {
-			case from == breaker.Closed:
-				log.Warn("counter store unreachable: circuit breaker open, failure modes answer")
-			case to == breaker.Closed:
-				log.Warn("counter store reachable again: circuit breaker closed")
-			}
-		},
-	})
-	eng := engine.New(limiter.NewRedis(client), cfg.KeyPrefix,
-		engine.WithBreaker(brk),
-		engine.WithStoreTimeout(limiter.DefaultTimeout))
+	eng := newEngine(limiter.NewRedis(client), cfg.KeyPrefix, log)
 
 	sub, err := subscriber.New(subscriber.Config{
 		ConsoleURL: cfg.ConsoleURL,
