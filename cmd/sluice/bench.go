@@ -177,10 +177,11 @@ func bench(ctx context.Context, cfg benchConfig) (benchResult, error) {
 	}
 	defer closeFn()
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.warmup+cfg.duration)
-	defer cancel()
+	// Callers stop starting checks at end; a check still in flight then
+	// finishes but is not counted, so the window holds only whole checks.
 	start := time.Now()
 	measureFrom := start.Add(cfg.warmup)
+	end := measureFrom.Add(cfg.duration)
 
 	var (
 		ok, over, errs atomic.Int64
@@ -201,10 +202,14 @@ func bench(ctx context.Context, cfg benchConfig) (benchResult, error) {
 					v = rng.IntN(cfg.keys)
 				}
 				t0 := time.Now()
+				if !t0.Before(end) {
+					break
+				}
 				allowed, err := check(ctx, v)
-				took := time.Since(t0)
-				if ctx.Err() != nil {
-					break // cut off by the end of the run: not a result
+				done := time.Now()
+				took := done.Sub(t0)
+				if ctx.Err() != nil || done.After(end) {
+					break // interrupted, or past the window: not a result
 				}
 				if t0.Before(measureFrom) {
 					continue
@@ -229,7 +234,7 @@ func bench(ctx context.Context, cfg benchConfig) (benchResult, error) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(measureFrom)
+	elapsed := min(time.Since(measureFrom), cfg.duration)
 	slices.Sort(all)
 	res := benchResult{elapsed: elapsed, ok: ok.Load(), overLimit: over.Load(), errs: errs.Load(), latencies: all}
 	if e := firstErr.Load(); e != nil {
@@ -266,7 +271,9 @@ func newChecker(cfg benchConfig) (checker, func(), error) {
 		var next atomic.Uint64
 		return func(ctx context.Context, v int) (bool, error) {
 				c := conns[next.Add(1)%uint64(len(conns))]
-				resp, err := c.ShouldRateLimit(ctx, reqs[v])
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				resp, err := c.ShouldRateLimit(cctx, reqs[v])
+				cancel()
 				if err != nil {
 					return false, err
 				}

@@ -44,7 +44,7 @@ descriptors:
 `
 
 // compile parses and compiles domain YAML sources.
-func compile(t *testing.T, sources ...string) *rules.Set {
+func compile(t testing.TB, sources ...string) *rules.Set {
 	t.Helper()
 	var domains []*rules.Domain
 	for _, src := range sources {
