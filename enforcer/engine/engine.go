@@ -367,7 +367,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 
 	if err := e.decide(ctx, false, &res, reqs, idx); err != nil {
 		res.StoreErr = err
-		e.failureModes(ctx, &res, reqs, idx)
+		e.failureModes(ctx, &res, reqs, idx, adj)
 	}
 	if adj != nil {
 		adjust(&res, adj)
@@ -613,8 +613,9 @@ func record(res *Result, idx []int, decisions []limiter.Decision, local bool) {
 // limits allow, closed limits reject, and local limits are taken from the
 // in-process limiter with 1/NodeCount of their limit (all-or-nothing among
 // them, and nothing is taken when a closed limit already rejects). If the
-// local limiter fails too, local limits allow.
-func (e *Engine) failureModes(ctx context.Context, res *Result, reqs []limiter.Request, idx []int) {
+// local limiter fails too, local limits allow. The local limiter does not
+// shape: a delay limit's extra depth (adj) is taken off again.
+func (e *Engine) failureModes(ctx context.Context, res *Result, reqs []limiter.Request, idx []int, adj []adjustment) {
 	var (
 		localReqs []limiter.Request
 		localIdx  []int
@@ -635,6 +636,9 @@ func (e *Engine) failureModes(ctx context.Context, res *Result, reqs []limiter.R
 			}
 		case rules.FailLocal:
 			r := reqs[j]
+			if adj != nil && adj[i].extra > 0 {
+				r.Burst = adj[i].burst
+			}
 			r.Limit = ceilDiv(r.Limit, nodes)
 			r.Burst = ceilDiv(r.Burst, nodes)
 			localReqs = append(localReqs, r)

@@ -97,8 +97,9 @@ run() {
 		rate+=("$(awk '/^checks\/s/ {print $2}' <<<"$res")")
 		p50+=("$(awk '/^p50/ {print $2}' <<<"$res")")
 		p99+=("$(awk '/^p99/ {print $2}' <<<"$res")")
-		# Not decided by Redis: errors (Lyft) and over_limit (Sluice, closed).
-		fail+=("$(awk '/^errors/ {e=$2} /^checks/ {sub(/\)/, "", $6); o=$6} END {print e+o}' <<<"$res")")
+		# Share not decided by Redis: errors (Lyft) and over_limit (Sluice,
+		# failing closed), in % of the checks answered.
+		fail+=("$(awk '/^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6} END {printf "%.1f", n+e ? 100*(e+o)/(n+e) : 0}' <<<"$res")")
 	done
 	printf '%s %s %s %s\n' "$(printf '%s\n' "${rate[@]}" | median)" "$(printf '%s\n' "${p50[@]}" | median)" \
 		"$(printf '%s\n' "${p99[@]}" | median)" "$(printf '%s\n' "${fail[@]}" | median)"
@@ -114,7 +115,7 @@ for c in $CONCURRENCY; do
 done
 echo
 
-echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided |"
+echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % |"
 echo "|---|---|---|---|---|---|---|---|"
 for tr in $TRANSPORTS; do
 	for k in $KEYS; do
