@@ -23,7 +23,7 @@ import (
 
 // Defaults of New for zero Config fields.
 const (
-	DefaultFailures = 3
+	DefaultFailures = 5
 	DefaultCooldown = 200 * time.Millisecond
 )
 
