@@ -105,6 +105,7 @@ type Addrs struct {
 // costs checks no waiting, and the limits' failure modes answer.
 func newEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
 	brk := breaker.New(breaker.Config{
+		Hard: engine.StoreDown,
 		OnChange: func(from, to breaker.State) {
 			// One line when an outage starts and one when it ends; the
 			// half-open probes in between are not worth a line each.

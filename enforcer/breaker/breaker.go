@@ -2,8 +2,14 @@
 // counter store, so that an outage costs checks no latency.
 //
 // A Breaker starts closed: every call goes through. After Failures
-// consecutive failed calls it opens: calls are refused at once (ErrOpen)
-// and the caller answers from its failure mode without waiting on the store.
+// consecutive failed calls, with no call succeeding for Quiet, it opens:
+// calls are refused at once (ErrOpen) and the caller answers from its
+// failure mode without waiting on the store. The Quiet condition tells an
+// outage from overload: on a busy node a stall (CPU starvation, a GC pause)
+// can make every call in flight time out together, which looks like many
+// consecutive failures, but calls keep succeeding around it; during an
+// outage nothing succeeds. Failures that prove an outage by themselves
+// (Config.Hard: a refused connection) skip the Quiet condition.
 // After Cooldown it turns half-open: the next call is let through as a probe
 // while every other call is still refused; the probe's success closes the
 // breaker, its failure opens it for another Cooldown. So while the store is
@@ -24,6 +30,7 @@ import (
 // Defaults of New for zero Config fields.
 const (
 	DefaultFailures = 5
+	DefaultQuiet    = 100 * time.Millisecond
 	DefaultCooldown = 200 * time.Millisecond
 )
 
@@ -59,6 +66,14 @@ type Config struct {
 	// Failures is the number of consecutive failed calls that open the
 	// breaker (DefaultFailures when zero).
 	Failures int
+	// Quiet is how long no call may have succeeded before failures open
+	// the breaker (DefaultQuiet when zero; negative: no such condition).
+	Quiet time.Duration
+	// Hard, when set, reports failures that prove the store is down (a
+	// refused or reset connection, as opposed to a timeout): Failures
+	// consecutive failures ending in one open the breaker without waiting
+	// for Quiet.
+	Hard func(error) bool
 	// Cooldown is how long the breaker stays open before it lets a probe
 	// through (DefaultCooldown when zero).
 	Cooldown time.Duration
@@ -72,6 +87,8 @@ type Config struct {
 // Breaker is a circuit breaker. It is safe for concurrent use.
 type Breaker struct {
 	failures int64
+	quiet    time.Duration
+	hard     func(error) bool
 	cooldown time.Duration
 	now      func() time.Time
 	onChange func(from, to State)
@@ -79,6 +96,7 @@ type Breaker struct {
 	state       atomic.Int32
 	consecutive atomic.Int64
 	trips       atomic.Int64
+	lastOK      atomic.Int64 // unix ns of the last success; 0: none yet
 
 	mu       sync.Mutex
 	openedAt time.Time // when it last opened; guarded by mu
@@ -89,12 +107,17 @@ type Breaker struct {
 func New(cfg Config) *Breaker {
 	b := &Breaker{
 		failures: int64(cfg.Failures),
+		quiet:    cfg.Quiet,
+		hard:     cfg.Hard,
 		cooldown: cfg.Cooldown,
 		now:      cfg.Now,
 		onChange: cfg.OnChange,
 	}
 	if b.failures <= 0 {
 		b.failures = DefaultFailures
+	}
+	if b.quiet == 0 {
+		b.quiet = DefaultQuiet
 	}
 	if b.cooldown <= 0 {
 		b.cooldown = DefaultCooldown
@@ -151,6 +174,9 @@ func (b *Breaker) Allow() error {
 // is a success as far as the store's health goes.
 func (b *Breaker) Record(err error) {
 	if err == nil {
+		if b.quiet > 0 {
+			b.lastOK.Store(b.now().UnixNano())
+		}
 		if State(b.state.Load()) == Closed {
 			if b.consecutive.Load() != 0 {
 				b.consecutive.Store(0)
@@ -173,6 +199,11 @@ func (b *Breaker) Record(err error) {
 	case Closed:
 		if b.consecutive.Add(1) < b.failures {
 			return
+		}
+		if b.quiet > 0 && (b.hard == nil || !b.hard(err)) {
+			if last := b.lastOK.Load(); last != 0 && b.now().UnixNano()-last < int64(b.quiet) {
+				return // calls still succeed: overload, not an outage
+			}
 		}
 		b.mu.Lock()
 		if State(b.state.Load()) != Closed {

@@ -35,6 +35,7 @@ func newBreaker(t *testing.T) (*breaker.Breaker, *clock, *[]string) {
 	var changes []string
 	b := breaker.New(breaker.Config{
 		Failures: 3,
+		Quiet:    100 * time.Millisecond,
 		Cooldown: time.Second,
 		Now:      c.now,
 		OnChange: func(from, to breaker.State) { changes = append(changes, from.String()+">"+to.String()) },
@@ -53,7 +54,8 @@ func call(b *breaker.Breaker, err error) error {
 }
 
 func TestTripsAfterConsecutiveFailures(t *testing.T) {
-	b, _, changes := newBreaker(t)
+	b, c, changes := newBreaker(t)
+	c.advance(time.Second)
 	// Failures interrupted by a success never trip it.
 	for _, err := range []error{errDown, errDown, nil, errDown, errDown} {
 		if got := call(b, err); got != nil {
@@ -63,11 +65,25 @@ func TestTripsAfterConsecutiveFailures(t *testing.T) {
 	if b.State() != breaker.Closed {
 		t.Fatalf("state %v after 2 consecutive failures, want closed", b.State())
 	}
+	// The success above was just now: a 3rd failure is overload, not an
+	// outage, until Quiet has passed without a success.
+	if got := call(b, errDown); got != nil {
+		t.Fatalf("3rd failure refused: %v", got)
+	}
+	if b.State() != breaker.Closed {
+		t.Fatalf("state %v with a success %v ago, want closed", b.State(), time.Duration(0))
+	}
+	c.advance(99 * time.Millisecond)
+	call(b, errDown)
+	if b.State() != breaker.Closed {
+		t.Fatalf("state %v 99ms after a success, want closed", b.State())
+	}
+	c.advance(time.Millisecond)
 	if got := call(b, errDown); got != nil {
 		t.Fatalf("3rd failure refused: %v", got)
 	}
 	if b.State() != breaker.Open {
-		t.Fatalf("state %v after 3 consecutive failures, want open", b.State())
+		t.Fatalf("state %v after consecutive failures and 100ms without a success, want open", b.State())
 	}
 	if got := call(b, nil); !errors.Is(got, breaker.ErrOpen) {
 		t.Errorf("open breaker: Allow = %v, want ErrOpen", got)
@@ -141,7 +157,7 @@ func TestHalfOpenProbe(t *testing.T) {
 }
 
 func TestLateResultsWhileOpen(t *testing.T) {
-	b, _, _ := newBreaker(t)
+	b, _, _ := newBreaker(t) // no success yet: failures alone open it
 	// Four calls are let through while closed; three fail and open it.
 	for range 4 {
 		if err := b.Allow(); err != nil {
@@ -185,5 +201,27 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if s := b.State(); s != breaker.Closed && s != breaker.Open && s != breaker.HalfOpen {
 		t.Errorf("state %v", s)
+	}
+}
+
+func TestHardFailuresSkipQuiet(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	errRefused := errors.New("connection refused")
+	b := breaker.New(breaker.Config{
+		Failures: 3,
+		Quiet:    100 * time.Millisecond,
+		Now:      c.now,
+		Hard:     func(err error) bool { return errors.Is(err, errRefused) },
+	})
+	call(b, nil)
+	for _, err := range []error{errDown, errDown, errDown} {
+		call(b, err)
+	}
+	if b.State() != breaker.Closed {
+		t.Fatalf("state %v after timeouts right after a success, want closed", b.State())
+	}
+	call(b, errRefused)
+	if b.State() != breaker.Open {
+		t.Fatalf("state %v after a refused connection ended the run of failures, want open", b.State())
 	}
 }

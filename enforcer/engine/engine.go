@@ -15,10 +15,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/enforcer/breaker"
@@ -448,6 +451,20 @@ func (e *Engine) take(ctx context.Context, local bool, reqs []limiter.Request) (
 }
 
 var errNoStore = errors.New("no counter store configured")
+
+// StoreDown reports whether a store error proves the store unreachable by
+// itself — a refused, reset or closed connection — rather than slow (a
+// timeout, which an overloaded but healthy store also causes). It is the
+// breaker's Config.Hard for the enforcer.
+func StoreDown(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed)
+}
 
 // storeHealth turns a Take error into what the breaker should hear: nil
 // when the store itself is fine (it refused the request as invalid, or the

@@ -227,3 +227,21 @@ descriptors:
 		t.Errorf("request beyond max_delay: %v delay %v retry %v, want over_limit with a retry-after", res.Code, res.Delay, res.Statuses[0].RetryAfter)
 	}
 }
+
+func TestStoreDown(t *testing.T) {
+	res := check(t, deadEngine(t), req(entry("open", "x")))
+	if !engine.StoreDown(res.StoreErr) {
+		t.Errorf("StoreDown(%v) = false for a refused connection", res.StoreErr)
+	}
+	for _, err := range []error{context.DeadlineExceeded, &net.OpError{Op: "read", Err: timeoutErr{}}, errors.New("ERR script error"), breaker.ErrOpen} {
+		if engine.StoreDown(err) {
+			t.Errorf("StoreDown(%v) = true, want false (not proof of an outage)", err)
+		}
+	}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
