@@ -6,13 +6,14 @@
 # envoyproxy/ratelimit service_cmd, the same load against it on the same
 # Redis. Everything listens on 127.0.0.1 and stops by itself.
 #
-#   go build -o bin/sluice ./cmd/sluice
 #   DUR=5s ROUNDS=3 LYFT_BIN=/path/to/service_cmd bash examples/bench/compare.sh
+#
+# It builds ./cmd/sluice first (set SLUICE to use another binary).
 #
 # Prints one markdown row per configuration with the median of ROUNDS runs.
 set -euo pipefail
 
-SLUICE=${SLUICE:-bin/sluice}
+SLUICE=${SLUICE:-}
 DUR=${DUR:-5s}
 WARMUP=${WARMUP:-1s}
 ROUNDS=${ROUNDS:-3}
@@ -29,6 +30,11 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
+
+if [[ -z $SLUICE ]]; then
+	SLUICE="$work/sluice"
+	go build -o "$SLUICE" ./cmd/sluice
+fi
 
 read -r RP HP GP LHP LGP LDP < <(python3 -c '
 import socket
