@@ -75,6 +75,10 @@ type Config struct {
 	// KeyPrefix starts every Redis key; DefaultKeyPrefix ("sluice:") when
 	// empty. Tests set a unique one.
 	KeyPrefix string
+	// StoreTimeout bounds each Redis call of a check (connecting, queueing
+	// for a connection and the round trip); limiter.DefaultTimeout (50 ms)
+	// when zero. Past it the limit's failure mode answers.
+	StoreTimeout time.Duration
 
 	// GatewayAddr, when set, turns on gateway mode: a reverse proxy on this
 	// address to GatewayUpstream that rate-limits every request by
@@ -101,9 +105,9 @@ type Addrs struct {
 }
 
 // newEngine returns the engine a node runs: store behind a circuit breaker
-// with the store client's per-call timeout as a deadline, so an outage
+// with timeout (the store client's per-call timeout) as a deadline, so an outage
 // costs checks no waiting, and the limits' failure modes answer.
-func newEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
+func newEngine(store engine.Store, prefix string, timeout time.Duration, log *slog.Logger) *engine.Engine {
 	brk := breaker.New(breaker.Config{
 		Hard: engine.StoreDown,
 		OnChange: func(from, to breaker.State) {
@@ -117,7 +121,7 @@ func newEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engi
 			}
 		},
 	})
-	return engine.New(store, prefix, engine.WithBreaker(brk), engine.WithStoreTimeout(limiter.DefaultTimeout))
+	return engine.New(store, prefix, engine.WithBreaker(brk), engine.WithStoreTimeout(timeout))
 }
 
 // Run starts the node and serves until ctx is done, then shuts down
@@ -164,12 +168,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		upstream = u
 	}
 
-	client, err := limiter.NewClient(cfg.RedisURL)
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = limiter.DefaultTimeout
+	}
+	client, err := limiter.NewClient(cfg.RedisURL, limiter.WithTimeout(cfg.StoreTimeout), limiter.WithDialTimeout(cfg.StoreTimeout))
 	if err != nil {
 		return fmt.Errorf("enforcer: %w", err)
 	}
 	defer client.Close()
-	eng := newEngine(limiter.NewRedis(client), cfg.KeyPrefix, log)
+	eng := newEngine(limiter.NewRedis(client), cfg.KeyPrefix, cfg.StoreTimeout, log)
 
 	sub, err := subscriber.New(subscriber.Config{
 		ConsoleURL: cfg.ConsoleURL,

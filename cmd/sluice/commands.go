@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver for migrate
 
@@ -72,11 +73,12 @@ func gatewayFlags(fs *flagSet, cfg *enforcer.Config, trusted *string) {
 
 func runEnforcer(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var cfg enforcer.Config
-	var logLevel, labels, trusted string
+	var logLevel, labels, trusted, storeTimeout string
 	var printConfig bool
 	fs := newFlagSet("enforcer", getenv, stderr)
 	enforcerFlags(fs, &cfg)
 	gatewayFlags(fs, &cfg, &trusted)
+	fs.string(&storeTimeout, "redis-timeout", "SLUICE_REDIS_TIMEOUT", "50ms", "bound on each Redis call of a check; past it the limit's failure_mode answers")
 	fs.string(&labels, "labels", "SLUICE_LABELS", "", "node labels as k=v,k=v")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
@@ -86,6 +88,9 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	var err error
 	if cfg.Labels, err = parseLabels(labels); err != nil {
 		return err
+	}
+	if cfg.StoreTimeout, err = time.ParseDuration(storeTimeout); err != nil || cfg.StoreTimeout <= 0 {
+		return fmt.Errorf("enforcer: --redis-timeout %q: want a positive duration like 50ms", storeTimeout)
 	}
 	if cfg.GatewayTrustedProxies, err = middleware.ParseTrustedProxies(trusted); err != nil {
 		return fmt.Errorf("enforcer: --gateway-trusted-proxies: %w", err)
@@ -101,8 +106,8 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 		}
 		fmt.Fprintf(stdout, "console_url=%s\nnode_token=%s\nnode_id=%s\nredis_url=%s\nlisten=%s\ngrpc_listen=%s\nstate_dir=%s\nlabels=%s\n",
 			cfg.ConsoleURL, tok, cfg.NodeID, redact(cfg.RedisURL), cfg.HTTPAddr, cfg.GRPCAddr, cfg.StateDir, labels)
-		fmt.Fprintf(stdout, "gateway_listen=%s\ngateway_upstream=%s\ngateway_domain=%s\ngateway_trusted_proxies=%s\n",
-			cfg.GatewayAddr, redact(cfg.GatewayUpstream), cfg.GatewayDomain, trusted)
+		fmt.Fprintf(stdout, "redis_timeout=%s\ngateway_listen=%s\ngateway_upstream=%s\ngateway_domain=%s\ngateway_trusted_proxies=%s\n",
+			cfg.StoreTimeout, cfg.GatewayAddr, redact(cfg.GatewayUpstream), cfg.GatewayDomain, trusted)
 		return nil
 	}
 	if cfg.NodeToken == "" {

@@ -236,18 +236,23 @@ func result(s engine.Status, overall engine.Code) int {
 	return -1
 }
 
-// ruleCache holds the counters of one ruleset version's limits, so the hot
-// path finds them by pointer instead of hashing label values.
+// ruleCache holds the counters of one ruleset version's rules, so the hot
+// path finds them with one map lookup instead of hashing label values.
 type ruleCache struct {
 	version int64
-	limits  sync.Map // *rules.Limit → *ruleCounters
+	limits  sync.Map // ruleKey → *ruleCounters
 }
+
+// ruleKey names a rule's series. Limits are keyed by name, not pointer: a
+// caller's limit override is a new Limit each time.
+type ruleKey struct{ domain, rule string }
 
 type ruleCounters struct {
 	domain, rule string
 	results      [len(resultNames)]prometheus.Counter
-	values       sync.Map // descriptor value → [len(resultNames)]prometheus.Counter (lazily)
+	values       sync.Map // descriptor value → *[len(resultNames)]prometheus.Counter
 	nvalues      atomic.Int64
+	otherOnce    sync.Once
 	other        [len(resultNames)]prometheus.Counter
 }
 
@@ -266,17 +271,15 @@ func (m *Metrics) cache(version int64) *ruleCache {
 }
 
 func (c *ruleCache) rule(m *Metrics, l *rules.Limit) *ruleCounters {
-	if rc, ok := c.limits.Load(l); ok {
+	key := ruleKey{l.Domain, l.Name}
+	if rc, ok := c.limits.Load(key); ok {
 		return rc.(*ruleCounters)
 	}
 	rc := &ruleCounters{domain: l.Domain, rule: l.Name}
 	for i, name := range resultNames {
 		rc.results[i] = m.ruleDecisions.WithLabelValues(l.Domain, l.Name, name)
-		if l.DetailedMetric {
-			rc.other[i] = m.detailed.WithLabelValues(l.Domain, l.Name, OtherValue, name)
-		}
 	}
-	actual, _ := c.limits.LoadOrStore(l, rc)
+	actual, _ := c.limits.LoadOrStore(key, rc)
 	return actual.(*ruleCounters)
 }
 
@@ -291,6 +294,11 @@ func (m *Metrics) detailedValue(rc *ruleCounters, entries []rules.Entry, r int) 
 	}
 	if rc.nvalues.Add(1) > m.maxDetailed {
 		rc.nvalues.Add(-1)
+		rc.otherOnce.Do(func() {
+			for i, name := range resultNames {
+				rc.other[i] = m.detailed.WithLabelValues(rc.domain, rc.rule, OtherValue, name)
+			}
+		})
 		rc.other[r].Inc()
 		return
 	}
