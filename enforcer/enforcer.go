@@ -75,9 +75,10 @@ type Config struct {
 	// KeyPrefix starts every Redis key; DefaultKeyPrefix ("sluice:") when
 	// empty. Tests set a unique one.
 	KeyPrefix string
-	// StoreTimeout bounds each Redis call of a check (connecting, queueing
-	// for a connection and the round trip); limiter.DefaultTimeout (50 ms)
-	// when zero. Past it the limit's failure mode answers.
+	// StoreTimeout bounds each step of a check's Redis call (connecting,
+	// waiting for a pooled connection, writing, reading);
+	// limiter.DefaultTimeout (50 ms) when zero. Past it the limit's failure
+	// mode answers.
 	StoreTimeout time.Duration
 
 	// GatewayAddr, when set, turns on gateway mode: a reverse proxy on this
@@ -104,10 +105,13 @@ type Addrs struct {
 	HTTP, GRPC, Gateway net.Addr
 }
 
-// newEngine returns the engine a node runs: store behind a circuit breaker
-// with timeout (the store client's per-call timeout) as a deadline, so an outage
-// costs checks no waiting, and the limits' failure modes answer.
-func newEngine(store engine.Store, prefix string, timeout time.Duration, log *slog.Logger) *engine.Engine {
+// newEngine returns the engine a node runs: store behind a circuit breaker,
+// so an outage costs checks no waiting and the limits' failure modes
+// answer. Each call is bounded by the store client's own timeouts (dial,
+// pool wait, write and read, StoreTimeout each) rather than one deadline
+// over all of them: a burst that queues for a pooled connection is not an
+// outage, and a hung Redis opens the breaker within two timeouts.
+func newEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
 	brk := breaker.New(breaker.Config{
 		Hard: engine.StoreDown,
 		OnChange: func(from, to breaker.State) {
@@ -121,7 +125,7 @@ func newEngine(store engine.Store, prefix string, timeout time.Duration, log *sl
 			}
 		},
 	})
-	return engine.New(store, prefix, engine.WithBreaker(brk), engine.WithStoreTimeout(timeout))
+	return engine.New(store, prefix, engine.WithBreaker(brk))
 }
 
 // Run starts the node and serves until ctx is done, then shuts down
@@ -176,7 +180,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		return fmt.Errorf("enforcer: %w", err)
 	}
 	defer client.Close()
-	eng := newEngine(limiter.NewRedis(client), cfg.KeyPrefix, cfg.StoreTimeout, log)
+	eng := newEngine(limiter.NewRedis(client), cfg.KeyPrefix, log)
 
 	sub, err := subscriber.New(subscriber.Config{
 		ConsoleURL: cfg.ConsoleURL,

@@ -182,7 +182,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { client.Close() })
-			eng := newEngine(limiter.NewRedis(client), "sluicetest:outage:", limiter.DefaultTimeout, discard)
+			eng := newEngine(limiter.NewRedis(client), "sluicetest:outage:", discard)
 			d, err := rules.Parse("api.yaml", []byte(outageYAML))
 			if err != nil {
 				t.Fatal(err)
@@ -342,7 +342,7 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 	}
 	t.Cleanup(func() { client.Close() })
 	store := &countingStore{Store: limiter.NewRedis(client)}
-	eng := newEngine(store, "sluicetest:frozen:", limiter.DefaultTimeout, discard)
+	eng := newEngine(store, "sluicetest:frozen:", discard)
 	d, _ := rules.Parse("api.yaml", []byte(outageYAML))
 	set, _ := rules.Compile([]*rules.Domain{d})
 	eng.Apply(1, set)

@@ -78,7 +78,7 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	fs := newFlagSet("enforcer", getenv, stderr)
 	enforcerFlags(fs, &cfg)
 	gatewayFlags(fs, &cfg, &trusted)
-	fs.string(&storeTimeout, "redis-timeout", "SLUICE_REDIS_TIMEOUT", "50ms", "bound on each Redis call of a check; past it the limit's failure_mode answers")
+	fs.string(&storeTimeout, "redis-timeout", "SLUICE_REDIS_TIMEOUT", "50ms", "bound on each step (dial, pool wait, write, read) of a check's Redis call; past it the limit's failure_mode answers")
 	fs.string(&labels, "labels", "SLUICE_LABELS", "", "node labels as k=v,k=v")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")

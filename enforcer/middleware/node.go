@@ -81,8 +81,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
 	eng := engine.New(limiter.NewRedis(client), cfg.KeyPrefix,
-		engine.WithBreaker(breaker.New(breaker.Config{Hard: engine.StoreDown})),
-		engine.WithStoreTimeout(limiter.DefaultTimeout))
+		engine.WithBreaker(breaker.New(breaker.Config{Hard: engine.StoreDown})))
 	sub, err := subscriber.New(subscriber.Config{
 		ConsoleURL: cfg.ConsoleURL,
 		NodeToken:  cfg.NodeToken,
