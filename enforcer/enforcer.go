@@ -164,7 +164,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 	if cfg.GatewayAddr != "" {
 		u, err := url.Parse(cfg.GatewayUpstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("enforcer: gateway upstream %q must be an http:// or https:// URL", cfg.GatewayUpstream)
+			// The URL is not echoed: it may carry credentials.
+			return errors.New("enforcer: gateway upstream must be an http:// or https:// URL with a host")
 		}
 		if cfg.GatewayDomain == "" {
 			return errors.New("enforcer: gateway domain is required in gateway mode")

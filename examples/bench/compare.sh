@@ -91,25 +91,22 @@ fi
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# run NAME TARGET TRANSPORT KEYS C → "checks/s p50 p99" medians
-run() {
-	local rate=() p50=() p99=() fail=()
-	for _ in $(seq "$ROUNDS"); do
-		if ! res=$("$SLUICE" bench --transport "$3" --target "$2" --keys "$4" --concurrency "$5" \
-			--duration "$DUR" --warmup "$WARMUP" --key key --domain bench 2>&1); then
-			echo "$1 bench failed: $res" >&2
-			return 1
-		fi
-		rate+=("$(awk '/^checks\/s/ {print $2}' <<<"$res")")
-		p50+=("$(awk '/^p50/ {print $2}' <<<"$res")")
-		p99+=("$(awk '/^p99/ {print $2}' <<<"$res")")
-		# Share not decided by Redis: errors (Lyft) and over_limit (Sluice,
-		# failing closed), in % of the checks answered.
-		fail+=("$(awk '/^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6} END {printf "%.1f", n+e ? 100*(e+o)/(n+e) : 0}' <<<"$res")")
-	done
-	printf '%s %s %s %s\n' "$(printf '%s\n' "${rate[@]}" | median)" "$(printf '%s\n' "${p50[@]}" | median)" \
-		"$(printf '%s\n' "${p99[@]}" | median)" "$(printf '%s\n' "${fail[@]}" | median)"
+# once TARGET TRANSPORT KEYS C → "checks/s p50 p99 undecided%" of one run
+once() {
+	local res
+	if ! res=$("$SLUICE" bench --transport "$2" --target "$1" --keys "$3" --concurrency "$4" \
+		--duration "$DUR" --warmup "$WARMUP" --key key --domain bench 2>&1); then
+		echo "bench failed: $res" >&2
+		return 1
+	fi
+	# Undecided: not decided by Redis — errors (Lyft) and over_limit
+	# (Sluice, failing closed), in % of the checks answered.
+	awk '/^checks\/s/ {r=$2} /^p50/ {a=$2} /^p99/ {b=$2} /^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6}
+		END {printf "%s %s %s %.1f\n", r, a, b, n+e ? 100*(e+o)/(n+e) : 0}' <<<"$res"
 }
+
+# col N: the median of column N of stdin
+col() { awk -v n="$1" '{print $n}' | median; }
 
 echo "| callers | redis-benchmark INCR ops/s | redis-benchmark EVALSHA ops/s |"
 echo "|---|---|---|"
@@ -121,17 +118,23 @@ for c in $CONCURRENCY; do
 done
 echo
 
-echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % |"
-echo "|---|---|---|---|---|---|---|---|"
+# Rounds alternate between the servers, so both see the same machine.
+echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % | checks/s ratio |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for tr in $TRANSPORTS; do
 	for k in $KEYS; do
 		for c in $CONCURRENCY; do
 			if [[ $tr == grpc ]]; then t="127.0.0.1:$GP"; lt="127.0.0.1:$LGP"; else t="http://127.0.0.1:$HP"; lt="http://127.0.0.1:$LHP"; fi
-			read -r r a b f < <(run sluice "$t" "$tr" "$k" "$c")
-			echo "| sluice | $tr | $k | $c | $r | $a | $b | $f |"
+			: >"$work/s"; : >"$work/l"
+			for _ in $(seq "$ROUNDS"); do
+				once "$t" "$tr" "$k" "$c" >>"$work/s"
+				if [[ -n $LYFT_BIN ]]; then once "$lt" "$tr" "$k" "$c" >>"$work/l"; fi
+			done
+			sr=$(col 1 <"$work/s")
+			echo "| sluice | $tr | $k | $c | $sr | $(col 2 <"$work/s") | $(col 3 <"$work/s") | $(col 4 <"$work/s") | |"
 			if [[ -n $LYFT_BIN ]]; then
-				read -r r a b f < <(run lyft "$lt" "$tr" "$k" "$c")
-				echo "| envoyproxy/ratelimit | $tr | $k | $c | $r | $a | $b | $f |"
+				lr=$(col 1 <"$work/l")
+				echo "| envoyproxy/ratelimit | $tr | $k | $c | $lr | $(col 2 <"$work/l") | $(col 3 <"$work/l") | $(col 4 <"$work/l") | sluice ÷ lyft = $(awk -v a="$sr" -v b="$lr" 'BEGIN {printf "%.2f", a/b}') |"
 			fi
 		done
 	done
