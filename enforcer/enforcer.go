@@ -1,11 +1,15 @@
 // Package enforcer is a Sluice enforcer node: it subscribes to the console
 // for rulesets, counts requests in Redis, and answers rate-limit checks over
-// HTTP (POST /json, POST /v1/check) and gRPC (Envoy RLS v3).
+// HTTP (POST /json, POST /v1/check) and gRPC (Envoy RLS v3), and, in
+// gateway mode, rate-limits the traffic it proxies to an upstream.
 //
 // Run wires the parts together; they live in sub-packages: engine (the
-// decision core), checkserver (the HTTP and gRPC servers), subscriber (the
-// console subscription and the on-disk last-known-good snapshot), headers
-// (rate-limit response headers) and limiter (the Redis counters).
+// decision core), breaker (the circuit breaker around Redis), checkserver
+// (the HTTP and gRPC servers), gateway (the rate-limiting reverse proxy),
+// middleware (the same for Go apps, in process), subscriber (the console
+// subscription and the on-disk last-known-good snapshot), headers
+// (rate-limit response headers and problem bodies), metrics (Prometheus)
+// and limiter (the Redis counters).
 package enforcer
 
 import (
@@ -16,6 +20,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"time"
 
@@ -24,10 +30,15 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/sluicehq/sluice/enforcer/breaker"
 	"github.com/sluicehq/sluice/enforcer/checkserver"
 	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/enforcer/gateway"
 	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/enforcer/metrics"
+	"github.com/sluicehq/sluice/enforcer/middleware"
 	"github.com/sluicehq/sluice/enforcer/subscriber"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // Defaults used by Run for empty Config fields.
@@ -65,12 +76,64 @@ type Config struct {
 	// KeyPrefix starts every Redis key; DefaultKeyPrefix ("sluice:") when
 	// empty. Tests set a unique one.
 	KeyPrefix string
+	// StoreTimeout bounds each step of a check's Redis call (connecting,
+	// waiting for a pooled connection, writing, reading);
+	// limiter.DefaultTimeout (50 ms) when zero. Past it the limit's failure
+	// mode answers.
+	StoreTimeout time.Duration
+
+	// GatewayAddr, when set, turns on gateway mode: a reverse proxy on this
+	// address to GatewayUpstream that rate-limits every request by
+	// GatewayDomain's request_descriptors.
+	GatewayAddr     string
+	GatewayUpstream string
+	GatewayDomain   string
+	// GatewayTrustedProxies are the proxies in front of the gateway whose
+	// X-Forwarded-For is believed (CIDR prefixes).
+	GatewayTrustedProxies []netip.Prefix
+	// GatewayDescriptors derives the gateway's request descriptors from the
+	// applied ruleset; nil limits by client address alone.
+	GatewayDescriptors func(set *rules.Set, domain string) []middleware.RequestDescriptor
+
+	// Listening, if set, is called with every bound address (gateway
+	// included) before anything is served.
+	Listening func(Addrs)
+}
+
+// Addrs are the addresses a node listens on; Gateway is nil without
+// gateway mode.
+type Addrs struct {
+	HTTP, GRPC, Gateway net.Addr
+}
+
+// newEngine returns the engine a node runs: store behind a circuit breaker,
+// so an outage costs checks no waiting and the limits' failure modes
+// answer. Each call is bounded by the store client's own timeouts (dial,
+// pool wait, write and read, StoreTimeout each) rather than one deadline
+// over all of them: a burst that queues for a pooled connection is not an
+// outage, and a hung Redis opens the breaker within two timeouts.
+func newEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
+	brk := breaker.New(breaker.Config{
+		Hard: engine.StoreDown,
+		OnChange: func(from, to breaker.State) {
+			// One line when an outage starts and one when it ends; the
+			// half-open probes in between are not worth a line each.
+			switch {
+			case from == breaker.Closed:
+				log.Warn("counter store unreachable: circuit breaker open, failure modes answer")
+			case to == breaker.Closed:
+				log.Warn("counter store reachable again: circuit breaker closed")
+			}
+		},
+	})
+	return engine.New(store, prefix, engine.WithBreaker(brk))
 }
 
 // Run starts the node and serves until ctx is done, then shuts down
-// gracefully: /readyz turns 503, HTTP and gRPC stop accepting and finish the
-// checks in flight (bounded by ShutdownTimeout), the console websocket is
-// closed with a close frame, and Redis is disconnected.
+// gracefully: /readyz turns 503, HTTP, gRPC and the gateway stop accepting
+// and finish the requests in flight (bounded by ShutdownTimeout), the
+// console websocket is closed with a close frame, and Redis is
+// disconnected.
 //
 // The HTTP and gRPC listeners are bound before anything is served; ready, if
 // not nil, is then called with their addresses (useful with ":0"). The saved
@@ -98,12 +161,28 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 	cfg.GRPCAddr = cmp.Or(cfg.GRPCAddr, DefaultGRPCAddr)
 	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, DefaultKeyPrefix)
 
-	client, err := limiter.NewClient(cfg.RedisURL)
+	var upstream *url.URL
+	if cfg.GatewayAddr != "" {
+		u, err := url.Parse(cfg.GatewayUpstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			// The URL is not echoed: it may carry credentials.
+			return errors.New("enforcer: gateway upstream must be an http:// or https:// URL with a host")
+		}
+		if cfg.GatewayDomain == "" {
+			return errors.New("enforcer: gateway domain is required in gateway mode")
+		}
+		upstream = u
+	}
+
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = limiter.DefaultTimeout
+	}
+	client, err := limiter.NewClient(cfg.RedisURL, limiter.WithTimeout(cfg.StoreTimeout), limiter.WithDialTimeout(cfg.StoreTimeout))
 	if err != nil {
 		return fmt.Errorf("enforcer: %w", err)
 	}
 	defer client.Close()
-	eng := engine.New(limiter.NewRedis(client), cfg.KeyPrefix)
+	eng := newEngine(limiter.NewRedis(client), cfg.KeyPrefix, log)
 
 	reg := prometheus.NewRegistry()
 	sub, err := subscriber.New(subscriber.Config{
@@ -133,10 +212,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_enforcer_ruleset_version",
-			Help: "Version of the ruleset this node enforces (0: none yet).",
-		}, func() float64 { return float64(eng.Version()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_enforcer_console_connected",
 			Help: "1 while the console subscription is up.",
 		}, func() float64 {
@@ -145,28 +220,33 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 			}
 			return 0
 		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_enforcer_console_last_contact_timestamp_seconds",
-			Help: "Unix time of the last message or pong from the console (0: never).",
-		}, func() float64 {
-			t := sub.LastContact()
-			if t.IsZero() {
-				return 0
-			}
-			return float64(t.UnixNano()) / 1e9
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_enforcer_console_contact_age_seconds",
-			Help: "Seconds since the last message or pong from the console (since start when never).",
-		}, func() float64 { return sub.ContactAge().Seconds() }),
 	)
+	m, err := metrics.New(reg, metrics.Options{Engine: eng, LastContact: sub.LastContact})
+	if err != nil {
+		return fmt.Errorf("enforcer: metrics: %w", err)
+	}
 	checks, err := checkserver.New(eng, checkserver.Options{
 		Registry: reg,
+		Metrics:  m,
 		Ping:     func(ctx context.Context) error { return limiter.Ping(ctx, client) },
 		Log:      log,
 	})
 	if err != nil {
 		return fmt.Errorf("enforcer: %w", err)
+	}
+	var gw *gateway.Gateway
+	if upstream != nil {
+		gw, err = gateway.New(eng, gateway.Config{
+			Upstream:       upstream,
+			Domain:         cfg.GatewayDomain,
+			Descriptors:    cfg.GatewayDescriptors,
+			TrustedProxies: cfg.GatewayTrustedProxies,
+			Metrics:        m,
+			Log:            log,
+		})
+		if err != nil {
+			return fmt.Errorf("enforcer: %w", err)
+		}
 	}
 
 	var lc net.ListenConfig
@@ -180,6 +260,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		return fmt.Errorf("enforcer: listen grpc: %w", err)
 	}
 	defer grpcLn.Close()
+	var gwLn net.Listener
+	if gw != nil {
+		if gwLn, err = lc.Listen(ctx, "tcp", cfg.GatewayAddr); err != nil {
+			return fmt.Errorf("enforcer: listen gateway: %w", err)
+		}
+		defer gwLn.Close()
+	}
 
 	httpSrv := &http.Server{
 		Handler:           checks.Handler(),
@@ -191,11 +278,32 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 	}
 	grpcSrv := grpc.NewServer(grpc.MaxRecvMsgSize(checkserver.MaxBodyBytes))
 	checks.RegisterGRPC(grpcSrv)
+	var gwSrv *http.Server
+	if gw != nil {
+		// No read or write timeout: bodies stream both ways and delay limits
+		// hold requests. Header reads and idle connections are bounded.
+		gwSrv = &http.Server{
+			Handler:           gw,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		}
+	}
 
 	log.InfoContext(ctx, "enforcer listening",
 		"node_id", cfg.NodeID, "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String())
+	addrs := Addrs{HTTP: httpLn.Addr(), GRPC: grpcLn.Addr()}
+	if gwLn != nil {
+		addrs.Gateway = gwLn.Addr()
+		log.InfoContext(ctx, "gateway listening",
+			"gateway_addr", gwLn.Addr().String(), "upstream", upstream.Redacted(), "domain", cfg.GatewayDomain)
+	}
 	if ready != nil {
 		ready(httpLn.Addr(), grpcLn.Addr())
+	}
+	if cfg.Listening != nil {
+		cfg.Listening(addrs)
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -211,6 +319,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		}
 		return nil
 	})
+	if gwSrv != nil {
+		g.Go(func() error {
+			if err := gwSrv.Serve(gwLn); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve gateway: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error { return sub.Run(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
@@ -223,6 +339,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 			grpcSrv.GracefulStop()
 			close(stopped)
 		}()
+		if gwSrv != nil {
+			if err := gwSrv.Shutdown(sctx); err != nil {
+				gwSrv.Close()
+			}
+		}
 		err := httpSrv.Shutdown(sctx)
 		if err != nil {
 			httpSrv.Close()

@@ -289,3 +289,75 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestRunGatewayMode(t *testing.T) {
+	const webYAML = `domain: web
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 2, name: per-ip}
+`
+	domains := []wire.DomainConfig{{Name: "web", YAML: webYAML}}
+	snap := wire.Snapshot{Type: wire.TypeSnapshot, Version: 1, Checksum: wire.Checksum(domains), Domains: domains, NodeCount: 1}
+	consoleURL, _, answers := fakeConsole(t, "tok", snap)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "upstream "+r.URL.Path)
+	}))
+	t.Cleanup(upstream.Close)
+
+	gwAddr := make(chan net.Addr, 1)
+	node := start(t, enforcer.Config{
+		ConsoleURL:      consoleURL,
+		NodeToken:       "tok",
+		NodeID:          "gw-node",
+		RedisURL:        testenv.RedisURL(t),
+		HTTPAddr:        "127.0.0.1:0",
+		GRPCAddr:        "127.0.0.1:0",
+		KeyPrefix:       testenv.KeyPrefix(t),
+		GatewayAddr:     "127.0.0.1:0",
+		GatewayUpstream: upstream.URL,
+		GatewayDomain:   "web",
+		Listening:       func(a enforcer.Addrs) { gwAddr <- a.Gateway },
+	})
+	gw := "http://" + (<-gwAddr).String()
+	select {
+	case <-answers:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no ack within 10s")
+	}
+
+	for i, want := range []int{200, 200, 429} {
+		code, body := get(t, gw+"/page")
+		if code != want {
+			t.Fatalf("request %d through the gateway: %d %s, want %d", i+1, code, body, want)
+		}
+		if want == 200 && body != "upstream /page" {
+			t.Errorf("request %d: body %q, want the upstream's", i+1, body)
+		}
+	}
+	_, metrics := get(t, node.httpURL+"/metrics")
+	for _, want := range []string{
+		`sluice_enforcer_check_duration_seconds_count{transport="gateway"} 3`,
+		`sluice_enforcer_rule_decisions_total{domain="web",result="limited",rule="per-ip"} 1`,
+		`sluice_enforcer_breaker_state 0`,
+		`sluice_enforcer_console_last_contact_age_seconds`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func TestRunGatewayConfigErrors(t *testing.T) {
+	base := enforcer.Config{ConsoleURL: "http://127.0.0.1:9", RedisURL: "redis://127.0.0.1:9/0", NodeID: "n", GatewayAddr: "127.0.0.1:0"}
+	for name, mod := range map[string]func(*enforcer.Config){
+		"no upstream":       func(c *enforcer.Config) { c.GatewayDomain = "web" },
+		"relative upstream": func(c *enforcer.Config) { c.GatewayUpstream = "/x"; c.GatewayDomain = "web" },
+		"no domain":         func(c *enforcer.Config) { c.GatewayUpstream = "http://127.0.0.1:9" },
+	} {
+		cfg := base
+		mod(&cfg)
+		if err := enforcer.Run(context.Background(), cfg, nil, nil); err == nil {
+			t.Errorf("%s: Run accepted the config", name)
+		}
+	}
+}

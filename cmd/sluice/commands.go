@@ -8,12 +8,14 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver for migrate
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
 	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/enforcer/middleware"
 	"github.com/sluicehq/sluice/migrations"
 )
 
@@ -67,12 +69,22 @@ func enforcerFlags(fs *flagSet, cfg *enforcer.Config) {
 	fs.string(&cfg.StateDir, "state-dir", "SLUICE_STATE_DIR", "/var/lib/sluice", "directory for the last-known-good ruleset")
 }
 
+// gatewayFlags are the enforcer's gateway-mode flags.
+func gatewayFlags(fs *flagSet, cfg *enforcer.Config, trusted *string) {
+	fs.string(&cfg.GatewayAddr, "gateway-listen", "SLUICE_GATEWAY_LISTEN", "", "gateway mode: address of a rate-limiting reverse proxy (off when empty)")
+	fs.string(&cfg.GatewayUpstream, "gateway-upstream", "SLUICE_GATEWAY_UPSTREAM", "", "gateway mode: upstream base URL (http:// or https://)")
+	fs.string(&cfg.GatewayDomain, "gateway-domain", "SLUICE_GATEWAY_DOMAIN", "", "gateway mode: rules domain whose request_descriptors and limits apply")
+	fs.string(trusted, "gateway-trusted-proxies", "SLUICE_GATEWAY_TRUSTED_PROXIES", "", "gateway mode: comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
+}
+
 func runEnforcer(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var cfg enforcer.Config
-	var logLevel, labels string
+	var logLevel, labels, trusted, storeTimeout string
 	var printConfig bool
 	fs := newFlagSet("enforcer", getenv, stderr)
 	enforcerFlags(fs, &cfg)
+	gatewayFlags(fs, &cfg, &trusted)
+	fs.string(&storeTimeout, "redis-timeout", "SLUICE_REDIS_TIMEOUT", "50ms", "bound on each step (dial, pool wait, write, read) of a check's Redis call; past it the limit's failure_mode answers")
 	fs.string(&labels, "labels", "SLUICE_LABELS", "", "node labels as k=v,k=v")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
@@ -83,6 +95,15 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	if cfg.Labels, err = parseLabels(labels); err != nil {
 		return err
 	}
+	if cfg.StoreTimeout, err = time.ParseDuration(storeTimeout); err != nil || cfg.StoreTimeout <= 0 {
+		return fmt.Errorf("enforcer: --redis-timeout %q: want a positive duration like 50ms", storeTimeout)
+	}
+	if cfg.GatewayTrustedProxies, err = middleware.ParseTrustedProxies(trusted); err != nil {
+		return fmt.Errorf("enforcer: --gateway-trusted-proxies: %w", err)
+	}
+	if cfg.GatewayAddr != "" && (cfg.GatewayUpstream == "" || cfg.GatewayDomain == "") {
+		return fmt.Errorf("enforcer: --gateway-listen needs --gateway-upstream and --gateway-domain")
+	}
 	cfg.Build = buildVersion()
 	if printConfig {
 		tok := ""
@@ -91,6 +112,8 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 		}
 		fmt.Fprintf(stdout, "console_url=%s\nnode_token=%s\nnode_id=%s\nredis_url=%s\nlisten=%s\ngrpc_listen=%s\nstate_dir=%s\nlabels=%s\n",
 			cfg.ConsoleURL, tok, cfg.NodeID, redact(cfg.RedisURL), cfg.HTTPAddr, cfg.GRPCAddr, cfg.StateDir, labels)
+		fmt.Fprintf(stdout, "redis_timeout=%s\ngateway_listen=%s\ngateway_upstream=%s\ngateway_domain=%s\ngateway_trusted_proxies=%s\n",
+			cfg.StoreTimeout, cfg.GatewayAddr, redact(cfg.GatewayUpstream), cfg.GatewayDomain, trusted)
 		return nil
 	}
 	if cfg.NodeToken == "" {

@@ -38,6 +38,7 @@ Commands:
   console        run the console (API, UI, node push)
   enforcer       run an enforcer node
   dev            run a console and an enforcer on this machine with demo rules
+  bench          load an enforcer with checks and print checks/s and latency
   migrate        apply database migrations
   rules          check, format and compare rule files (sluice rules -h)
   version        print the version
@@ -59,6 +60,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runEnforcer(ctx, args[1:], getenv, stdout, stderr)
 	case "dev":
 		return runDev(ctx, args[1:], getenv, stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], getenv, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, args[1:], getenv, stdout, stderr)
 	case "rules":

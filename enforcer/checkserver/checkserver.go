@@ -2,16 +2,29 @@
 // check endpoints (POST /json, Lyft-compatible, and POST /v1/check), the
 // Envoy RLS v3 gRPC service, and the node's /healthz, /readyz and /metrics.
 //
-// HTTP answers: 200 when the request is allowed, 429 when it is over limit
-// (both with the RateLimitResponse in protojson and rate-limit headers), 400
-// with a JSON error for a malformed request, 413 for a body over
-// MaxBodyBytes, and 503 while no ruleset is loaded: the node cannot decide
-// yet, and a 503 lets the caller apply its own failure policy instead of
-// being told a wrong "OK". gRPC maps the same cases to InvalidArgument and
-// Unavailable (Envoy then applies its failure_mode_deny setting).
+// POST /v1/check answers 200 when the request is allowed, with the
+// RateLimitResponse in protojson, and 429 when it is over limit, with an
+// RFC 9457 problem document (application/problem+json) that also carries
+// the RateLimitResponse's members (overallCode, statuses), so a client
+// reading either finds what it looks for; both with rate-limit headers.
+// Errors are {"error":{"code","message"}}: 400 for a malformed request, 413
+// for a body over MaxBodyBytes, 503 while no ruleset is loaded (the node
+// cannot decide yet, and a 503 lets the caller apply its own failure policy
+// instead of being told a wrong "OK").
+//
+// POST /json answers exactly as envoyproxy/ratelimit's /json does, so its
+// clients work unchanged: the RateLimitResponse in protojson with 200 or
+// 429 (500 for an UNKNOWN code), and a plain-text "Bad Request" 400 for any
+// request it cannot answer, not-ready included. Rate-limit headers are added
+// (a Lyft client ignores them); a body over MaxBodyBytes still gets 413.
+//
+// gRPC maps errors to InvalidArgument and Unavailable (Envoy then applies
+// its failure_mode_deny setting) and returns the rate-limit headers as
+// response_headers_to_add, which Envoy adds to the client's response.
 package checkserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +44,7 @@ import (
 
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/headers"
+	"github.com/sluicehq/sluice/enforcer/metrics"
 )
 
 // MaxBodyBytes bounds the body of an HTTP check (and a gRPC check message).
@@ -41,9 +55,12 @@ const DefaultReadyTimeout = time.Second
 
 // Options configures a Server.
 type Options struct {
-	// Registry receives the check metrics and is what /metrics serves. A new
-	// registry is created when nil (the global one is never used).
+	// Registry is what /metrics serves. A new registry is created when nil
+	// (the global one is never used).
 	Registry *prometheus.Registry
+	// Metrics records checks; when nil, New registers a fresh set on
+	// Registry.
+	Metrics *metrics.Metrics
 	// Ping checks the counter store for /readyz; nil means always usable.
 	Ping func(ctx context.Context) error
 	// ReadyTimeout bounds Ping; DefaultReadyTimeout when zero.
@@ -56,7 +73,7 @@ type Options struct {
 type Server struct {
 	eng          *engine.Engine
 	reg          *prometheus.Registry
-	metrics      *metrics
+	metrics      *metrics.Metrics
 	ping         func(ctx context.Context) error
 	readyTimeout time.Duration
 	log          *slog.Logger
@@ -82,11 +99,14 @@ func New(eng *engine.Engine, opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(s.reg)
-	if err != nil {
-		return nil, err
+	s.metrics = opts.Metrics
+	if s.metrics == nil {
+		m, err := metrics.New(s.reg, metrics.Options{Engine: eng})
+		if err != nil {
+			return nil, err
+		}
+		s.metrics = m
 	}
-	s.metrics = m
 	return s, nil
 }
 
@@ -98,7 +118,7 @@ func (s *Server) Drain() { s.draining.Store(true) }
 // GET /readyz and GET /metrics.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /json", s.handleCheck)
+	mux.HandleFunc("POST /json", s.handleJSON)
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)
@@ -120,7 +140,7 @@ func (s *Server) check(ctx context.Context, transport string, msg *rlsv3.RateLim
 	if err == nil {
 		res, err = s.eng.Check(ctx, req)
 	}
-	s.metrics.observe(s.eng, transport, req.Domain, res, err, time.Since(start))
+	s.metrics.Observe(transport, &req, &res, err, time.Since(start), s.eng.HasDomain(req.Domain))
 	if err != nil && !errors.Is(err, engine.ErrInvalidRequest) && !errors.Is(err, engine.ErrNoRuleset) {
 		s.log.ErrorContext(ctx, "check failed", "transport", transport, "domain", req.Domain, "error", err)
 	}
@@ -132,23 +152,32 @@ var (
 	jsonOut = protojson.MarshalOptions{}
 )
 
-func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+// readRequest reads and decodes an HTTP check body. On failure it returns
+// the status and the error's code and message.
+func readRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLimitRequest, int, string, string) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "too_large", "request body exceeds 1 MiB")
-			return
+			return nil, http.StatusRequestEntityTooLarge, "too_large", "request body exceeds 1 MiB"
 		}
-		writeError(w, http.StatusBadRequest, "invalid_request", "read request body: "+err.Error())
+		return nil, http.StatusBadRequest, "invalid_request", "read request body: " + err.Error()
+	}
+	msg := new(rlsv3.RateLimitRequest)
+	if err := jsonIn.Unmarshal(body, msg); err != nil {
+		return nil, http.StatusBadRequest, "invalid_request", "malformed RateLimitRequest: " + err.Error()
+	}
+	return msg, 0, "", ""
+}
+
+// handleCheck serves POST /v1/check.
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	msg, status, code, message := readRequest(w, r)
+	if msg == nil {
+		writeError(w, status, code, message)
 		return
 	}
-	var msg rlsv3.RateLimitRequest
-	if err := jsonIn.Unmarshal(body, &msg); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", "malformed RateLimitRequest: "+err.Error())
-		return
-	}
-	res, err := s.check(r.Context(), "http", &msg)
+	res, err := s.check(r.Context(), "http", msg)
 	switch {
 	case err == nil:
 	case errors.Is(err, engine.ErrInvalidRequest):
@@ -169,14 +198,71 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	headers.Set(h, res)
-	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	code := http.StatusOK
-	if res.Code == engine.OverLimit {
-		code = http.StatusTooManyRequests
+	if res.Code != engine.OverLimit {
+		h.Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write(out)
+		return
 	}
-	w.WriteHeader(code)
+	// A problem document whose extension members are the response's.
+	p, err := json.Marshal(headers.RateLimited(res, http.StatusTooManyRequests, r.URL.Path))
+	if err != nil || len(p) < 2 || len(out) < 2 {
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		return
+	}
+	body := make([]byte, 0, len(p)+len(out))
+	body = append(body, p[:len(p)-1]...) // without its closing brace
+	if rest := bytes.TrimSpace(out[1:]); len(rest) > 1 {
+		body = append(body, ',')
+		body = append(body, rest...)
+	} else {
+		body = append(body, '}')
+	}
+	h.Set("Content-Type", headers.ProblemContentType)
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(body)
+}
+
+// handleJSON serves POST /json the way envoyproxy/ratelimit does.
+func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
+	msg, status, code, message := readRequest(w, r)
+	if msg == nil {
+		if status == http.StatusRequestEntityTooLarge {
+			writeError(w, status, code, message)
+			return
+		}
+		lyftError(w, http.StatusBadRequest)
+		return
+	}
+	res, err := s.check(r.Context(), "http", msg)
+	if err != nil {
+		lyftError(w, http.StatusBadRequest)
+		return
+	}
+	resp := toResponse(res)
+	out, err := jsonOut.Marshal(resp)
+	if err != nil {
+		s.log.ErrorContext(r.Context(), "encode check response", "error", err)
+		lyftError(w, http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	headers.Set(h, res)
+	h.Set("Content-Type", "application/json")
+	switch resp.OverallCode {
+	case rlsv3.RateLimitResponse_UNKNOWN:
+		w.WriteHeader(http.StatusInternalServerError)
+	case rlsv3.RateLimitResponse_OVER_LIMIT:
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
 	w.Write(out)
+}
+
+// lyftError answers like envoyproxy/ratelimit's /json on errors: the status
+// text as a plain-text body.
+func lyftError(w http.ResponseWriter, code int) {
+	http.Error(w, http.StatusText(code), code)
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
@@ -234,7 +320,9 @@ func (g rlsService) ShouldRateLimit(ctx context.Context, msg *rlsv3.RateLimitReq
 	res, err := g.s.check(ctx, "grpc", msg)
 	switch {
 	case err == nil:
-		return toResponse(res), nil
+		resp := toResponse(res)
+		resp.ResponseHeadersToAdd = toHeaders(res)
+		return resp, nil
 	case errors.Is(err, engine.ErrInvalidRequest):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, engine.ErrNoRuleset):

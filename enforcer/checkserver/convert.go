@@ -4,17 +4,21 @@ import (
 	"fmt"
 	"math"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/enforcer/headers"
 	"github.com/sluicehq/sluice/rules"
 )
 
 // toRequest turns an RLS request into an engine request. Per-descriptor
-// hits_addend overrides the request's; a descriptor's rate-limit override
-// ("limit") is not supported yet and is ignored; is_negative_hits (refunds)
-// is rejected rather than silently consuming.
+// hits_addend overrides the request's; a descriptor's limit override
+// ("limit", with unit_multiplier) replaces the configured limit as in
+// envoyproxy/ratelimit; is_negative_hits (refunds) is rejected rather than
+// silently consuming.
 func toRequest(m *rlsv3.RateLimitRequest) (engine.Request, error) {
 	req := engine.Request{
 		Domain:      m.GetDomain(),
@@ -34,8 +38,54 @@ func toRequest(m *rlsv3.RateLimitRequest) (engine.Request, error) {
 			v := h.GetValue()
 			req.Descriptors[i].Hits = &v
 		}
+		if o := d.GetLimit(); o != nil {
+			unit := fromUnit(o.GetUnit())
+			if unit == "" {
+				return engine.Request{}, fmt.Errorf("%w: descriptors[%d].limit: unit %v is not supported", engine.ErrInvalidRequest, i, o.GetUnit())
+			}
+			req.Descriptors[i].Override = &engine.Override{
+				RequestsPerUnit: o.GetRequestsPerUnit(),
+				Unit:            unit,
+				Multiplier:      o.GetUnitMultiplier().GetValue(),
+			}
+		}
 	}
 	return req, nil
+}
+
+func fromUnit(u typev3.RateLimitUnit) rules.Unit {
+	switch u {
+	case typev3.RateLimitUnit_SECOND:
+		return rules.Second
+	case typev3.RateLimitUnit_MINUTE:
+		return rules.Minute
+	case typev3.RateLimitUnit_HOUR:
+		return rules.Hour
+	case typev3.RateLimitUnit_DAY:
+		return rules.Day
+	case typev3.RateLimitUnit_MONTH:
+		return rules.Month
+	case typev3.RateLimitUnit_YEAR:
+		return rules.Year
+	}
+	return ""
+}
+
+// toHeaders renders the rate-limit headers of res as Envoy header options
+// (response_headers_to_add).
+func toHeaders(res engine.Result) []*corev3.HeaderValue {
+	var buf [6]headers.Field
+	fields := headers.Append(buf[:0], res)
+	if len(fields) == 0 {
+		return nil
+	}
+	out := make([]*corev3.HeaderValue, len(fields))
+	vals := make([]corev3.HeaderValue, len(fields))
+	for i, f := range fields {
+		vals[i].Key, vals[i].Value = f.Name, f.Value
+		out[i] = &vals[i]
+	}
+	return out
 }
 
 // toResponse renders an engine result as an RLS response, with Lyft's

@@ -15,10 +15,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/enforcer/breaker"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -67,6 +73,12 @@ type Request struct {
 	// Hits is how much the request adds to every matched limit. Following
 	// Envoy, 0 means 1.
 	Hits uint64
+	// Shape asks for on_limit: delay limits to queue instead of reject: a
+	// request that fits within the limit's max_delay is admitted with
+	// Result.Delay, the time the caller must hold it before letting it
+	// through (the slot is reserved for it). Only callers that can hold a
+	// request (the gateway, the middleware) set it.
+	Shape bool
 }
 
 // Descriptor is one ordered list of entries of a request.
@@ -76,6 +88,18 @@ type Descriptor struct {
 	// per-descriptor hits_addend). An explicit 0 only looks at the counter
 	// without consuming from it.
 	Hits *uint64
+	// Override, when non-nil, replaces the limit the rules would apply to
+	// this descriptor (Envoy's per-descriptor limit override). It applies
+	// only in a domain the ruleset configures.
+	Override *Override
+}
+
+// Override is a limit given by the caller for one descriptor.
+type Override struct {
+	RequestsPerUnit uint32
+	Unit            rules.Unit
+	// Multiplier is the number of Units in the period; 0 means 1.
+	Multiplier uint32
 }
 
 // Status is the answer for one descriptor of a request.
@@ -95,12 +119,19 @@ type Status struct {
 	// StoreFailed is set when the store could not be asked and the limit's
 	// failure mode decided Code.
 	StoreFailed bool
+	// Delay is the wait this limit imposes on an admitted, shaped request
+	// (Request.Shape).
+	Delay time.Duration
+	// Local is set (with StoreFailed) when the in-process limiter decided
+	// Code for a failure_mode: local limit; Remaining, ResetAfter and
+	// RetryAfter are then the local limiter's.
+	Local bool
 }
 
 // Limited reports whether s carries counter state worth reporting to a
 // client (a matched, counted limit that the store answered for).
 func (s Status) Limited() bool {
-	return s.Limit != nil && !s.Limit.Unlimited && !s.StoreFailed
+	return s.Limit != nil && !s.Limit.Unlimited && (!s.StoreFailed || s.Local)
 }
 
 // Result is the answer to a Request.
@@ -114,6 +145,9 @@ type Result struct {
 	// StoreErr is the store's error when it failed and failure modes
 	// decided the answer; Check itself then still returns a nil error.
 	StoreErr error
+	// Delay is how long the caller must hold an allowed request before
+	// letting it through (Request.Shape); 0 when it may go at once.
+	Delay time.Duration
 }
 
 // MostRestrictive returns the index of the status a client should be told
@@ -160,18 +194,54 @@ type ruleset struct {
 // concurrent use; Apply swaps the ruleset atomically, so a check sees either
 // the old or the new ruleset, never a mix.
 type Engine struct {
-	store   Store
-	prefix  string
-	current atomic.Pointer[ruleset]
+	store        Store
+	local        Store
+	breaker      *breaker.Breaker
+	storeTimeout time.Duration
+	policy       func(*rules.Limit) Policy
+	prefix       string
+	current      atomic.Pointer[ruleset]
+	nodeCount    atomic.Int64
+	shardSeq     atomic.Uint64
 }
+
+// Option changes a setting of New.
+type Option func(*Engine)
+
+// WithBreaker puts b around every call to the counter store: while b is
+// open, checks do not wait on the store at all and the limits' failure
+// modes answer at once.
+func WithBreaker(b *breaker.Breaker) Option { return func(e *Engine) { e.breaker = b } }
+
+// WithStoreTimeout bounds each store call (the whole Take, queueing and
+// connecting included) with a deadline; 0 leaves only the store client's own
+// timeouts. The enforcer uses the client's per-call timeout (50 ms).
+func WithStoreTimeout(d time.Duration) Option { return func(e *Engine) { e.storeTimeout = d } }
+
+// WithLocal sets the in-process limiter that answers failure_mode: local
+// limits while the store is unreachable. By default the engine uses its own
+// MemoryStore.
+func WithLocal(s Store) Option { return func(e *Engine) { e.local = s } }
+
+// WithPolicies overrides how the engine derives a limit's Policy (shards,
+// on_limit) from the rules; see PolicyOf.
+func WithPolicies(f func(*rules.Limit) Policy) Option { return func(e *Engine) { e.policy = f } }
 
 // New returns an Engine that counts in store under keys starting with prefix
 // (DefaultKeyPrefix when empty). No ruleset is loaded until Apply.
-func New(store Store, prefix string) *Engine {
+func New(store Store, prefix string, opts ...Option) *Engine {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
-	return &Engine{store: store, prefix: prefix}
+	e := &Engine{store: store, prefix: prefix, policy: PolicyOf}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.local == nil {
+		e.local = NewMemoryStore()
+	}
+	e.nodeCount.Store(1)
+	return e
 }
 
 // Apply makes set, compiled from ruleset version, the one checks use.
@@ -186,6 +256,20 @@ func (e *Engine) Apply(version int64, set *rules.Set) error {
 	e.current.Store(&ruleset{version: version, set: set, domains: domains})
 	return nil
 }
+
+// SetNodeCount tells the engine how many enforcer nodes share the counters
+// (the console's node_count). A failure_mode: local limit gives each node
+// 1/n of the limit while the store is down. Values below 1 count as 1.
+func (e *Engine) SetNodeCount(n int) { e.nodeCount.Store(int64(max(n, 1))) }
+
+// NodeCount returns the node count set by SetNodeCount (1 by default).
+func (e *Engine) NodeCount() int { return int(e.nodeCount.Load()) }
+
+// Breaker returns the breaker around the store, nil when there is none.
+func (e *Engine) Breaker() *breaker.Breaker { return e.breaker }
+
+// Policy returns the enforcer-side settings of l (shards, on_limit).
+func (e *Engine) Policy(l *rules.Limit) Policy { return e.policy(l) }
 
 // Version returns the applied ruleset version, 0 when none is loaded.
 func (e *Engine) Version() int64 {
@@ -204,11 +288,20 @@ func (e *Engine) HasDomain(domain string) bool {
 	return rs != nil && rs.domains[domain]
 }
 
+// Ruleset returns the applied compiled ruleset and its version (nil, 0
+// before the first Apply).
+func (e *Engine) Ruleset() (*rules.Set, int64) {
+	if rs := e.current.Load(); rs != nil {
+		return rs.set, rs.version
+	}
+	return nil, 0
+}
+
 // Check answers req. It returns ErrNoRuleset before the first Apply and an
 // error wrapping ErrInvalidRequest for a malformed request. A store failure
-// is not an error: each limit's failure mode decides (open → OK, closed →
-// OVER_LIMIT; local behaves like open until the local fallback limiter
-// lands) and Result.StoreErr reports it.
+// (or an open breaker) is not an error: each limit's failure mode decides
+// (open → OK; closed → OVER_LIMIT; local → the in-process limiter, with the
+// limit divided by the node count) and Result.StoreErr reports it.
 //
 // Shadow-mode limits and all-or-nothing: the first Take asks for every
 // counted limit at once. If only shadow-mode limits rejected it, nothing was
@@ -231,7 +324,15 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	res := Result{Code: OK, Statuses: make([]Status, len(req.Descriptors)), Version: rs.version}
 
 	for i, d := range req.Descriptors {
-		res.Statuses[i] = Status{Code: OK, Limit: rs.set.Match(req.Domain, d.Entries)}
+		l := rs.set.Match(req.Domain, d.Entries)
+		if d.Override != nil && rs.domains[req.Domain] {
+			ol, err := overrideLimit(req.Domain, d.Override, l)
+			if err != nil {
+				return Result{}, fmt.Errorf("%w: descriptors[%d]: %w", ErrInvalidRequest, i, err)
+			}
+			l = ol
+		}
+		res.Statuses[i] = Status{Code: OK, Limit: l}
 	}
 	dropReplaced(res.Statuses)
 
@@ -243,6 +344,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	var (
 		reqs []limiter.Request
 		idx  []int
+		adj  []adjustment // per status; nil unless some limit is sharded or shaped
 	)
 	for i, s := range res.Statuses {
 		if s.Limit == nil || s.Limit.Unlimited {
@@ -252,27 +354,43 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		if d := req.Descriptors[i]; d.Hits != nil {
 			h = clampHits(*d.Hits)
 		}
-		reqs = append(reqs, e.storeRequest(req.Domain, req.Descriptors[i].Entries, s.Limit, h))
+		r, a := e.storeRequest(req.Domain, req.Descriptors[i].Entries, s.Limit, h, req.Shape)
+		if a != (adjustment{}) {
+			if adj == nil {
+				adj = make([]adjustment, len(res.Statuses))
+			}
+			adj[i] = a
+		}
+		reqs = append(reqs, r)
 		idx = append(idx, i)
 	}
 	if len(reqs) == 0 {
 		return res, nil
 	}
 
-	decisions, err := e.store.Take(ctx, reqs)
-	if err == nil && len(decisions) != len(reqs) {
-		err = fmt.Errorf("store answered %d decisions for %d requests", len(decisions), len(reqs))
-	}
-	if err != nil {
+	if err := e.decide(ctx, false, &res, reqs, idx); err != nil {
 		res.StoreErr = err
-		failureModes(&res, idx)
-		return res, nil
+		e.failureModes(ctx, &res, reqs, idx, adj)
 	}
+	if adj != nil {
+		adjust(&res, adj)
+	}
+	return res, nil
+}
 
+// decide takes reqs (the store requests of res.Statuses[idx]) from the
+// store, or from the local limiter when local is set, and records the
+// decisions in res. It returns the store's error, having recorded nothing
+// for the requests it could not decide.
+func (e *Engine) decide(ctx context.Context, local bool, res *Result, reqs []limiter.Request, idx []int) error {
+	decisions, err := e.take(ctx, local, reqs)
+	if err != nil {
+		return err
+	}
 	if onlyShadowRejected(res.Statuses, idx, decisions) {
 		// Record the shadow verdicts, then count the request against the
 		// real limits alone.
-		record(&res, idx, decisions)
+		record(res, idx, decisions, local)
 		var (
 			real    []limiter.Request
 			realIdx []int
@@ -284,46 +402,209 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			}
 		}
 		if len(real) == 0 {
-			return res, nil
+			return nil
 		}
-		decisions, err = e.store.Take(ctx, real)
-		if err == nil && len(decisions) != len(real) {
-			err = fmt.Errorf("store answered %d decisions for %d requests", len(decisions), len(real))
-		}
+		decisions, err = e.take(ctx, local, real)
 		if err != nil {
-			res.StoreErr = err
-			failureModes(&res, realIdx)
-			return res, nil
+			return err
 		}
 		idx = realIdx
 	}
-	record(&res, idx, decisions)
-	return res, nil
+	record(res, idx, decisions, local)
+	return nil
 }
 
-func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Limit, hits int64) limiter.Request {
+// take runs one Take on the store (through the breaker, with the per-call
+// deadline) or on the local limiter.
+func (e *Engine) take(ctx context.Context, local bool, reqs []limiter.Request) ([]limiter.Decision, error) {
+	var (
+		ds  []limiter.Decision
+		err error
+	)
+	if local {
+		ds, err = e.local.Take(ctx, reqs)
+	} else {
+		if e.store == nil {
+			return nil, errNoStore
+		}
+		if e.breaker != nil {
+			if err := e.breaker.Allow(); err != nil {
+				return nil, err
+			}
+		}
+		tctx, cancel := ctx, context.CancelFunc(nil)
+		if e.storeTimeout > 0 {
+			tctx, cancel = context.WithTimeout(ctx, e.storeTimeout)
+		}
+		ds, err = e.store.Take(tctx, reqs)
+		if cancel != nil {
+			cancel()
+		}
+		if e.breaker != nil {
+			e.breaker.Record(storeHealth(ctx, err))
+		}
+	}
+	if err == nil && len(ds) != len(reqs) {
+		err = fmt.Errorf("store answered %d decisions for %d requests", len(ds), len(reqs))
+	}
+	return ds, err
+}
+
+var errNoStore = errors.New("no counter store configured")
+
+// StoreDown reports whether a store error proves the store unreachable by
+// itself — a refused, reset or closed connection — rather than slow (a
+// timeout, which an overloaded but healthy store also causes). It is the
+// breaker's Config.Hard for the enforcer.
+func StoreDown(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed)
+}
+
+// storeHealth turns a Take error into what the breaker should hear: nil
+// when the store itself is fine (it refused the request as invalid, or the
+// caller gave up before it answered).
+func storeHealth(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, limiter.ErrInvalidRequest), errors.Is(err, limiter.ErrUnsupportedAlgorithm):
+		return nil
+	case ctx.Err() != nil:
+		return nil
+	}
+	return err
+}
+
+// adjustment records how a status's store request differs from its limit,
+// so the decision can be translated back.
+type adjustment struct {
+	shards int64 // > 1 when sharded
+	// extra is the number of tokens added to the bucket to shape (queue) up
+	// to MaxDelay of requests; interval is the time one token takes and
+	// burst the bucket's real capacity (for this shard).
+	extra    int64
+	interval time.Duration
+	burst    int64
+}
+
+// storeRequest builds the store request for one descriptor's limit. For a
+// limit split into N shards (Policy.Shards) it picks one shard, round robin,
+// and asks for that shard's key and share of the limit. When shape is set
+// and the limit's policy is on_limit: delay, the token bucket is deepened by
+// MaxDelay's worth of tokens: a request that fits only in that extra depth
+// is admitted with a delay (Status.Delay) instead of rejected, which makes
+// the bucket a leaky-bucket shaper whose queue holds at most MaxDelay
+// (GCRA with a larger tolerance; one round trip, first come first served).
+func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Limit, hits int64, shape bool) (limiter.Request, adjustment) {
 	period := l.Period
 	if period <= 0 {
 		period = l.Unit.Period()
 	}
+	limit := int64(l.RequestsPerUnit)
 	burst := int64(l.Burst)
 	if burst == 0 {
-		burst = int64(l.RequestsPerUnit)
+		burst = limit
 	}
-	return limiter.Request{
+	r := limiter.Request{
 		Key:       limiter.Key(e.prefix, domain, entries),
 		Algorithm: l.Algorithm,
-		Limit:     int64(l.RequestsPerUnit),
+		Limit:     limit,
 		Period:    period,
 		Burst:     burst,
 		Hits:      hits,
+	}
+	var a adjustment
+	p := e.policy(l)
+	if n := int64(p.Shards); n > 1 {
+		shard := e.shardSeq.Add(1) % uint64(n)
+		r.Key = shardKey(r.Key, shard)
+		r.Limit = ceilDiv(limit, n)
+		r.Burst = ceilDiv(burst, n)
+		a.shards = n
+	}
+	if shape && p.OnLimit.Action == Delay && p.OnLimit.MaxDelay > 0 && shapeable(l.Algorithm) {
+		interval := max(r.Period/time.Duration(r.Limit), time.Microsecond)
+		if extra := int64(p.OnLimit.MaxDelay / interval); extra > 0 {
+			a.extra, a.interval, a.burst = extra, interval, r.Burst
+			r.Burst += extra
+		}
+	}
+	return r, a
+}
+
+// shapeable reports whether the algorithm's state is a GCRA token bucket,
+// which shaping deepens. (The limiter's leaky_bucket shaping, when it lands,
+// reports its own delay.)
+func shapeable(a rules.Algorithm) bool { return a == "" || a == rules.TokenBucket }
+
+// shardKey returns the key of one shard of key: the shard number goes
+// inside the hash tag, so on Redis Cluster the shards spread over slots.
+// limiter.Key escapes '#' in every part and only writes it at the start of
+// a hashed part (followed by 32 hex digits and never after a bare ':' at
+// the end), so ":#<n>" before the closing brace cannot collide with any
+// descriptor's key.
+func shardKey(key string, shard uint64) string {
+	base, ok := strings.CutSuffix(key, "}")
+	if !ok {
+		return key + ":#" + strconv.FormatUint(shard, 10)
+	}
+	return base + ":#" + strconv.FormatUint(shard, 10) + "}"
+}
+
+func ceilDiv(a, b int64) int64 {
+	if b <= 1 {
+		return a
+	}
+	return max((a+b-1)/b, 1)
+}
+
+// adjust translates the decisions of sharded and shaped limits back to
+// their limits: a sharded limit's remaining is estimated as the picked
+// shard's remaining times the shard count (never above the bucket); a
+// shaped limit's extra depth is taken out of remaining and reset, and an
+// admitted request that used it gets the Delay to hold it for.
+func adjust(res *Result, adj []adjustment) {
+	for i, a := range adj {
+		s := &res.Statuses[i]
+		if !s.Limited() || s.Local {
+			continue
+		}
+		if a.extra > 0 {
+			tolerance := time.Duration(a.burst) * a.interval
+			s.Remaining = max(s.Remaining-a.extra, 0)
+			if s.Code == OK && !s.Shadowed && s.ResetAfter > tolerance {
+				s.Delay = s.ResetAfter - tolerance
+				res.Delay = max(res.Delay, s.Delay)
+			}
+			s.ResetAfter = min(s.ResetAfter, tolerance)
+		}
+		if a.shards > 1 {
+			capacity := int64(s.Limit.Burst)
+			if capacity == 0 {
+				capacity = int64(s.Limit.RequestsPerUnit)
+			}
+			s.Remaining = min(s.Remaining*a.shards, capacity)
+		}
+	}
+	if res.Code == OverLimit {
+		res.Delay = 0
+		for i := range res.Statuses {
+			res.Statuses[i].Delay = 0
+		}
 	}
 }
 
 // record copies decisions into the statuses they belong to and derives the
 // codes: a rejected shadow limit is OK but Shadowed; any other rejection
-// makes the whole request OverLimit.
-func record(res *Result, idx []int, decisions []limiter.Decision) {
+// makes the whole request OverLimit. local marks decisions of the
+// in-process limiter.
+func record(res *Result, idx []int, decisions []limiter.Decision, local bool) {
 	for j, i := range idx {
 		d := decisions[j]
 		s := &res.Statuses[i]
@@ -332,6 +613,7 @@ func record(res *Result, idx []int, decisions []limiter.Decision) {
 		s.RetryAfter = d.RetryAfter
 		s.Code = OK
 		s.Shadowed = false
+		s.Local = local
 		if d.Allowed {
 			continue
 		}
@@ -344,19 +626,47 @@ func record(res *Result, idx []int, decisions []limiter.Decision) {
 	}
 }
 
-// failureModes decides the statuses at idx after a store failure.
-func failureModes(res *Result, idx []int) {
-	for _, i := range idx {
+// failureModes decides the statuses at idx after a store failure: open
+// limits allow, closed limits reject, and local limits are taken from the
+// in-process limiter with 1/NodeCount of their limit (all-or-nothing among
+// them, and nothing is taken when a closed limit already rejects). If the
+// local limiter fails too, local limits allow. The local limiter does not
+// shape: a delay limit's extra depth (adj) is taken off again.
+func (e *Engine) failureModes(ctx context.Context, res *Result, reqs []limiter.Request, idx []int, adj []adjustment) {
+	var (
+		localReqs []limiter.Request
+		localIdx  []int
+	)
+	nodes := e.nodeCount.Load()
+	for j, i := range idx {
 		s := &res.Statuses[i]
 		s.StoreFailed = true
+		s.Local = false
+		s.Shadowed = false
 		s.Remaining, s.ResetAfter, s.RetryAfter = 0, 0, 0
 		s.Code = OK
-		// FailLocal answers like FailOpen until the local limiter exists.
-		if s.Limit.FailureMode == rules.FailClosed && !s.Limit.ShadowMode {
-			s.Code = OverLimit
-			res.Code = OverLimit
+		switch s.Limit.FailureMode {
+		case rules.FailClosed:
+			if !s.Limit.ShadowMode {
+				s.Code = OverLimit
+				res.Code = OverLimit
+			}
+		case rules.FailLocal:
+			r := reqs[j]
+			if adj != nil && adj[i].extra > 0 {
+				r.Burst = adj[i].burst
+			}
+			r.Limit = ceilDiv(r.Limit, nodes)
+			r.Burst = ceilDiv(r.Burst, nodes)
+			localReqs = append(localReqs, r)
+			localIdx = append(localIdx, i)
 		}
 	}
+	if len(localReqs) == 0 || res.Code == OverLimit {
+		return
+	}
+	// The local limiter's errors (none for MemoryStore) leave these open.
+	_ = e.decide(ctx, true, res, localReqs, localIdx)
 }
 
 // onlyShadowRejected reports whether some decision rejected and every

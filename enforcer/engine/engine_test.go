@@ -44,7 +44,7 @@ descriptors:
 `
 
 // compile parses and compiles domain YAML sources.
-func compile(t *testing.T, sources ...string) *rules.Set {
+func compile(t testing.TB, sources ...string) *rules.Set {
 	t.Helper()
 	var domains []*rules.Domain
 	for _, src := range sources {
@@ -309,7 +309,7 @@ func TestCheckStoreFailureModes(t *testing.T) {
 	}{
 		{"open", engine.OK},
 		{"closed", engine.OverLimit},
-		{"local", engine.OK}, // like open until the local limiter lands
+		{"local", engine.OK}, // the in-process limiter's first request
 		{"closed_shadow", engine.OK},
 	}
 	for _, tt := range tests {

@@ -438,6 +438,7 @@ func (s *Subscriber) apply(snap *wire.Snapshot) error {
 	if err := s.eng.Apply(snap.Version, set); err != nil {
 		return err
 	}
+	s.eng.SetNodeCount(snap.NodeCount)
 	s.applied, s.checksum = snap.Version, snap.Checksum
 	return nil
 }

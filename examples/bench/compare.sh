@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# compare.sh — the enforcer benchmark behind BENCHMARKS.md: `sluice bench`
+# against a `sluice enforcer` (gRPC and HTTP /json; 16, 64 and 256 callers;
+# 1 key and 10,000 keys), beside `redis-benchmark` on the same private
+# redis-server in the same run, and, when LYFT_BIN points at a built
+# envoyproxy/ratelimit service_cmd, the same load against it on the same
+# Redis. Everything listens on 127.0.0.1 and stops by itself.
+#
+#   DUR=5s ROUNDS=3 LYFT_BIN=/path/to/service_cmd bash examples/bench/compare.sh
+#
+# It builds ./cmd/sluice first (set SLUICE to use another binary).
+#
+# Prints one markdown row per configuration with the median of ROUNDS runs.
+set -euo pipefail
+
+SLUICE=${SLUICE:-}
+DUR=${DUR:-5s}
+WARMUP=${WARMUP:-1s}
+ROUNDS=${ROUNDS:-3}
+CONCURRENCY=${CONCURRENCY:-"16 64 256"}
+KEYS=${KEYS:-"1 10000"}
+TRANSPORTS=${TRANSPORTS:-"grpc http"}
+LYFT_BIN=${LYFT_BIN:-}
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [[ -z $SLUICE ]]; then
+	SLUICE="$work/sluice"
+	go build -o "$SLUICE" ./cmd/sluice
+fi
+
+read -r RP HP GP LHP LGP LDP < <(python3 -c '
+import socket
+ps=[]
+socks=[]
+for i in range(6):
+    s=socket.socket(); s.bind(("127.0.0.1",0)); ps.append(s.getsockname()[1]); socks.append(s)
+print(" ".join(map(str,ps)))')
+
+wait_for() { # url
+	for _ in $(seq 200); do curl -fs -o /dev/null "$1" && return 0; sleep 0.05; done
+	echo "not ready: $1" >&2; return 1
+}
+
+redis-server --port "$RP" --bind 127.0.0.1 --save "" --appendonly no --loglevel warning --dir "$work" >/dev/null &
+pids+=($!)
+for _ in $(seq 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+# A limit no run reaches. Sluice's copy fails closed, so a check Redis did
+# not decide (a timeout on a loaded machine) shows as over_limit instead of
+# a fast, uncounted OK; Lyft answers those with an error.
+RULES='domain: bench
+descriptors:
+  - key: key
+    rate_limit: {unit: second, requests_per_unit: 100000000}
+'
+SLUICE_RULES="$RULES    failure_mode: closed
+"
+# The enforcer starts from a saved snapshot (no console needed).
+mkdir -p "$work/state" "$work/lyft/ratelimit/config"
+RULES="$SLUICE_RULES" python3 - "$work/state/snapshot.json" <<'PY'
+import hashlib, json, os, sys
+name, yaml = "bench", os.environ["RULES"]
+h = hashlib.sha256(f"{len(name)}:{name}\n{len(yaml.encode())}:{yaml}\n".encode()).hexdigest()
+json.dump({"type": "snapshot", "version": 1, "checksum": h,
+           "domains": [{"name": name, "yaml": yaml}], "node_count": 1}, open(sys.argv[1], "w"))
+PY
+printf '%s' "$RULES" >"$work/lyft/ratelimit/config/bench.yaml"
+
+"$SLUICE" enforcer --console-url http://127.0.0.1:9 --node-token bench --node-id bench \
+	--redis-url "redis://127.0.0.1:$RP/0" --listen "127.0.0.1:$HP" --grpc-listen "127.0.0.1:$GP" \
+	--state-dir "$work/state" --log-level error 2>/dev/null &
+pids+=($!)
+wait_for "http://127.0.0.1:$HP/readyz"
+
+if [[ -n $LYFT_BIN ]]; then
+	USE_STATSD=false LOG_LEVEL=error REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RP" \
+		RUNTIME_ROOT="$work/lyft" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true \
+		HOST=127.0.0.1 PORT="$LHP" GRPC_HOST=127.0.0.1 GRPC_PORT="$LGP" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$LDP" \
+		"$LYFT_BIN" >/dev/null 2>&1 &
+	pids+=($!)
+	wait_for "http://127.0.0.1:$LHP/healthcheck"
+fi
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# once TARGET TRANSPORT KEYS C → "checks/s p50 p99 undecided%" of one run
+once() {
+	local res
+	if ! res=$("$SLUICE" bench --transport "$2" --target "$1" --keys "$3" --concurrency "$4" \
+		--duration "$DUR" --warmup "$WARMUP" --key key --domain bench 2>&1); then
+		echo "bench failed: $res" >&2
+		return 1
+	fi
+	# Undecided: not decided by Redis — errors (Lyft) and over_limit
+	# (Sluice, failing closed), in % of the checks answered.
+	awk '/^checks\/s/ {r=$2} /^p50/ {a=$2} /^p99/ {b=$2} /^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6}
+		END {printf "%s %s %s %.1f\n", r, a, b, n+e ? 100*(e+o)/(n+e) : 0}' <<<"$res"
+}
+
+# col N: the median of column N of stdin
+col() { awk -v n="$1" '{print $n}' | median; }
+
+echo "| callers | redis-benchmark INCR ops/s | redis-benchmark EVALSHA ops/s |"
+echo "|---|---|---|"
+redis-cli -p "$RP" script load "return redis.call('INCR', KEYS[1])" >"$work/sha"
+for c in $CONCURRENCY; do
+	incr=$(redis-benchmark -p "$RP" -c "$c" -n 200000 -t incr -q | tr '\r' '\n' | sed -nE 's/.*: ([0-9.]+) requests per second.*/\1/p')
+	eval_=$(redis-benchmark -p "$RP" -c "$c" -n 200000 -q evalsha "$(cat "$work/sha")" 1 bench:k | tr '\r' '\n' | sed -nE 's/.*: ([0-9.]+) requests per second.*/\1/p')
+	echo "| $c | $incr | $eval_ |"
+done
+echo
+
+# Rounds alternate between the servers, so both see the same machine.
+echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % | checks/s ratio |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for tr in $TRANSPORTS; do
+	for k in $KEYS; do
+		for c in $CONCURRENCY; do
+			if [[ $tr == grpc ]]; then t="127.0.0.1:$GP"; lt="127.0.0.1:$LGP"; else t="http://127.0.0.1:$HP"; lt="http://127.0.0.1:$LHP"; fi
+			: >"$work/s"; : >"$work/l"
+			for _ in $(seq "$ROUNDS"); do
+				once "$t" "$tr" "$k" "$c" >>"$work/s"
+				if [[ -n $LYFT_BIN ]]; then once "$lt" "$tr" "$k" "$c" >>"$work/l"; fi
+			done
+			sr=$(col 1 <"$work/s")
+			echo "| sluice | $tr | $k | $c | $sr | $(col 2 <"$work/s") | $(col 3 <"$work/s") | $(col 4 <"$work/s") | |"
+			if [[ -n $LYFT_BIN ]]; then
+				lr=$(col 1 <"$work/l")
+				echo "| envoyproxy/ratelimit | $tr | $k | $c | $lr | $(col 2 <"$work/l") | $(col 3 <"$work/l") | $(col 4 <"$work/l") | sluice ÷ lyft = $(awk -v a="$sr" -v b="$lr" 'BEGIN {printf "%.2f", a/b}') |"
+			fi
+		done
+	done
+done
