@@ -112,6 +112,10 @@ type Addrs struct {
 // pool wait, write and read, StoreTimeout each) rather than one deadline
 // over all of them: a burst that queues for a pooled connection is not an
 // outage, and a hung Redis opens the breaker within two timeouts.
+//
+// Failure_mode: local limits are counted by a limiter.Local meanwhile; the
+// subscriber's SetNodeCount (the snapshot's node_count) gives it this
+// node's share.
 func newEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
 	brk := breaker.New(breaker.Config{
 		Hard: engine.StoreDown,
@@ -126,7 +130,7 @@ func newEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engi
 			}
 		},
 	})
-	return engine.New(store, prefix, engine.WithBreaker(brk))
+	return engine.New(store, prefix, engine.WithBreaker(brk), engine.WithLocal(limiter.NewLocal(limiter.LocalOptions{})))
 }
 
 // Run starts the node and serves until ctx is done, then shuts down
@@ -182,7 +186,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		return fmt.Errorf("enforcer: %w", err)
 	}
 	defer client.Close()
-	eng := newEngine(limiter.NewRedis(client), cfg.KeyPrefix, log)
+	// The Batcher pipelines and coalesces the node's concurrent Takes and
+	// answers limits known to be over from its cache.
+	eng := newEngine(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{}), cfg.KeyPrefix, log)
 
 	reg := prometheus.NewRegistry()
 	sub, err := subscriber.New(subscriber.Config{

@@ -40,8 +40,8 @@ var ErrNoRuleset = errors.New("no ruleset loaded yet")
 var ErrInvalidRequest = errors.New("invalid rate limit request")
 
 // Store is what the check path needs from a counter store: one all-or-nothing
-// Take for every limit a request touches. The Redis limiter and the local
-// fallback limiter both satisfy it.
+// Take for every limit a request touches. limiter.Batcher (what an enforcer
+// uses), limiter.Redis and limiter.Local satisfy it.
 type Store interface {
 	Take(ctx context.Context, reqs []limiter.Request) ([]limiter.Decision, error)
 }
@@ -195,7 +195,7 @@ type ruleset struct {
 // the old or the new ruleset, never a mix.
 type Engine struct {
 	store        Store
-	local        Store
+	local        *limiter.Local
 	breaker      *breaker.Breaker
 	storeTimeout time.Duration
 	policy       func(*rules.Limit) Policy
@@ -219,9 +219,9 @@ func WithBreaker(b *breaker.Breaker) Option { return func(e *Engine) { e.breaker
 func WithStoreTimeout(d time.Duration) Option { return func(e *Engine) { e.storeTimeout = d } }
 
 // WithLocal sets the in-process limiter that answers failure_mode: local
-// limits while the store is unreachable. By default the engine uses its own
-// MemoryStore.
-func WithLocal(s Store) Option { return func(e *Engine) { e.local = s } }
+// limits while the store is unreachable; by default a new
+// limiter.NewLocal(limiter.LocalOptions{}). SetNodeCount is passed on to it.
+func WithLocal(l *limiter.Local) Option { return func(e *Engine) { e.local = l } }
 
 // WithPolicies overrides how the engine derives a limit's Policy (shards,
 // on_limit) from the rules; see PolicyOf.
@@ -238,9 +238,10 @@ func New(store Store, prefix string, opts ...Option) *Engine {
 		o(e)
 	}
 	if e.local == nil {
-		e.local = NewMemoryStore()
+		e.local = limiter.NewLocal(limiter.LocalOptions{})
 	}
 	e.nodeCount.Store(1)
+	e.local.SetNodeCount(1)
 	return e
 }
 
@@ -259,8 +260,13 @@ func (e *Engine) Apply(version int64, set *rules.Set) error {
 
 // SetNodeCount tells the engine how many enforcer nodes share the counters
 // (the console's node_count). A failure_mode: local limit gives each node
-// 1/n of the limit while the store is down. Values below 1 count as 1.
-func (e *Engine) SetNodeCount(n int) { e.nodeCount.Store(int64(max(n, 1))) }
+// 1/n of the limit while the store is down (the local limiter divides it).
+// Values below 1 count as 1.
+func (e *Engine) SetNodeCount(n int) {
+	n = max(n, 1)
+	e.nodeCount.Store(int64(n))
+	e.local.SetNodeCount(n)
+}
 
 // NodeCount returns the node count set by SetNodeCount (1 by default).
 func (e *Engine) NodeCount() int { return int(e.nodeCount.Load()) }
@@ -637,7 +643,6 @@ func (e *Engine) failureModes(ctx context.Context, res *Result, reqs []limiter.R
 		localReqs []limiter.Request
 		localIdx  []int
 	)
-	nodes := e.nodeCount.Load()
 	for j, i := range idx {
 		s := &res.Statuses[i]
 		s.StoreFailed = true
@@ -656,8 +661,7 @@ func (e *Engine) failureModes(ctx context.Context, res *Result, reqs []limiter.R
 			if adj != nil && adj[i].extra > 0 {
 				r.Burst = adj[i].burst
 			}
-			r.Limit = ceilDiv(r.Limit, nodes)
-			r.Burst = ceilDiv(r.Burst, nodes)
+			// The local limiter divides Limit and Burst by the node count.
 			localReqs = append(localReqs, r)
 			localIdx = append(localIdx, i)
 		}
@@ -665,7 +669,8 @@ func (e *Engine) failureModes(ctx context.Context, res *Result, reqs []limiter.R
 	if len(localReqs) == 0 || res.Code == OverLimit {
 		return
 	}
-	// The local limiter's errors (none for MemoryStore) leave these open.
+	// The local limiter fails only for an invalid request (which the
+	// store refused too); that leaves these open.
 	_ = e.decide(ctx, true, res, localReqs, localIdx)
 }
 
