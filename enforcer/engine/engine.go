@@ -73,11 +73,11 @@ type Request struct {
 	// Hits is how much the request adds to every matched limit. Following
 	// Envoy, 0 means 1.
 	Hits uint64
-	// Shape asks for on_limit: delay limits to queue instead of reject: a
-	// request that fits within the limit's max_delay is admitted with
-	// Result.Delay, the time the caller must hold it before letting it
-	// through (the slot is reserved for it). Only callers that can hold a
-	// request (the gateway, the middleware) set it.
+	// Shape asks for on_limit: delay limits (rules.Limit.OnLimit) to queue
+	// instead of reject: a request that fits within the limit's max_delay
+	// is admitted with Result.Delay, the time the caller must hold it
+	// before letting it through (the slot is reserved for it). Only callers
+	// that can hold a request (the gateway, the middleware) set it.
 	Shape bool
 }
 
@@ -198,7 +198,6 @@ type Engine struct {
 	local        *limiter.Local
 	breaker      *breaker.Breaker
 	storeTimeout time.Duration
-	policy       func(*rules.Limit) Policy
 	prefix       string
 	current      atomic.Pointer[ruleset]
 	nodeCount    atomic.Int64
@@ -223,17 +222,13 @@ func WithStoreTimeout(d time.Duration) Option { return func(e *Engine) { e.store
 // limiter.NewLocal(limiter.LocalOptions{}). SetNodeCount is passed on to it.
 func WithLocal(l *limiter.Local) Option { return func(e *Engine) { e.local = l } }
 
-// WithPolicies overrides how the engine derives a limit's Policy (shards,
-// on_limit) from the rules; see PolicyOf.
-func WithPolicies(f func(*rules.Limit) Policy) Option { return func(e *Engine) { e.policy = f } }
-
 // New returns an Engine that counts in store under keys starting with prefix
 // (DefaultKeyPrefix when empty). No ruleset is loaded until Apply.
 func New(store Store, prefix string, opts ...Option) *Engine {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
-	e := &Engine{store: store, prefix: prefix, policy: PolicyOf}
+	e := &Engine{store: store, prefix: prefix}
 	for _, o := range opts {
 		o(e)
 	}
@@ -274,9 +269,6 @@ func (e *Engine) NodeCount() int { return int(e.nodeCount.Load()) }
 // Breaker returns the breaker around the store, nil when there is none.
 func (e *Engine) Breaker() *breaker.Breaker { return e.breaker }
 
-// Policy returns the enforcer-side settings of l (shards, on_limit).
-func (e *Engine) Policy(l *rules.Limit) Policy { return e.policy(l) }
-
 // Version returns the applied ruleset version, 0 when none is loaded.
 func (e *Engine) Version() int64 {
 	if rs := e.current.Load(); rs != nil {
@@ -308,6 +300,11 @@ func (e *Engine) Ruleset() (*rules.Set, int64) {
 // (or an open breaker) is not an error: each limit's failure mode decides
 // (open → OK; closed → OVER_LIMIT; local → the in-process limiter, with the
 // limit divided by the node count) and Result.StoreErr reports it.
+//
+// A limit of 0 requests_per_unit (rules.Limit.BlocksAll) rejects without
+// asking the store; when it is not in shadow mode the store is not asked
+// for the request's other limits either (they would consume nothing), and
+// their statuses carry no counter state.
 //
 // Shadow-mode limits and all-or-nothing: the first Take asks for every
 // counted limit at once. If only shadow-mode limits rejected it, nothing was
@@ -342,6 +339,26 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	}
 	dropReplaced(res.Statuses)
 
+	// Limits that block every request answer without the store.
+	for i := range res.Statuses {
+		s := &res.Statuses[i]
+		if s.Limit == nil || !s.Limit.BlocksAll() {
+			continue
+		}
+		// There is no time after which it admits: tell clients to come
+		// back after a unit.
+		s.RetryAfter, s.ResetAfter = s.Limit.Period, s.Limit.Period
+		if s.Limit.ShadowMode {
+			s.Shadowed = true
+			continue
+		}
+		s.Code = OverLimit
+		res.Code = OverLimit
+	}
+	if res.Code == OverLimit {
+		return res, nil
+	}
+
 	// Build one store request per counted limit; idx maps them back.
 	hits := clampHits(req.Hits)
 	if req.Hits == 0 {
@@ -353,14 +370,17 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		adj  []adjustment // per status; nil unless some limit is sharded or shaped
 	)
 	for i, s := range res.Statuses {
-		if s.Limit == nil || s.Limit.Unlimited {
+		if s.Limit == nil || s.Limit.Unlimited || s.Limit.BlocksAll() {
 			continue
 		}
 		h := hits
 		if d := req.Descriptors[i]; d.Hits != nil {
 			h = clampHits(*d.Hits)
 		}
-		r, a := e.storeRequest(req.Domain, req.Descriptors[i].Entries, s.Limit, h, req.Shape)
+		// share_threshold: values matching a shared wildcard count on one
+		// key (this allocates only for such limits).
+		entries := s.Limit.CounterEntries(req.Descriptors[i].Entries, nil)
+		r, a := e.storeRequest(req.Domain, entries, s.Limit, h, req.Shape)
 		if a != (adjustment{}) {
 			if adj == nil {
 				adj = make([]adjustment, len(res.Statuses))
@@ -380,6 +400,13 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	}
 	if adj != nil {
 		adjust(&res, adj)
+	}
+	if res.Code == OverLimit {
+		// Nothing was consumed, so nothing is held.
+		res.Delay = 0
+		for i := range res.Statuses {
+			res.Statuses[i].Delay = 0
+		}
 	}
 	return res, nil
 }
@@ -499,14 +526,24 @@ type adjustment struct {
 	burst    int64
 }
 
-// storeRequest builds the store request for one descriptor's limit. For a
-// limit split into N shards (Policy.Shards) it picks one shard, round robin,
-// and asks for that shard's key and share of the limit. When shape is set
-// and the limit's policy is on_limit: delay, the token bucket is deepened by
-// MaxDelay's worth of tokens: a request that fits only in that extra depth
-// is admitted with a delay (Status.Delay) instead of rejected, which makes
-// the bucket a leaky-bucket shaper whose queue holds at most MaxDelay
-// (GCRA with a larger tolerance; one round trip, first come first served).
+// storeRequest builds the store request for one descriptor's limit from
+// the limit's own settings: algorithm, burst, calendar windows
+// (fixed_window), shards and on_limit.
+//
+// For a limit split into N shards it picks one shard, round robin, and asks
+// for that shard's key and share of the limit. Error bound: the shards
+// together admit at most N × ⌈limit/N⌉ < limit + N requests per period (and
+// likewise for the burst), so a sharded limit over-admits by fewer than N
+// requests; it can under-admit while load is uneven across shards (a
+// request is rejected when its shard is empty even if another has room),
+// which round robin keeps to about N early rejections per period.
+//
+// When shape is set and the limit's on_limit action is delay, a request
+// over the limit may queue for up to max_delay instead of being rejected:
+// a leaky_bucket shapes in the limiter itself (Request.MaxDelay, reported
+// as Decision.Delay); a token_bucket is deepened by max_delay's worth of
+// tokens, and a request that fits only in that extra depth is admitted
+// with a delay (GCRA with a larger tolerance, translated back by adjust).
 func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Limit, hits int64, shape bool) (limiter.Request, adjustment) {
 	period := l.Period
 	if period <= 0 {
@@ -524,30 +561,31 @@ func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Lim
 		Period:    period,
 		Burst:     burst,
 		Hits:      hits,
+		Calendar:  l.Calendar,
 	}
 	var a adjustment
-	p := e.policy(l)
-	if n := int64(p.Shards); n > 1 {
+	if n := int64(l.Shards); n > 1 {
 		shard := e.shardSeq.Add(1) % uint64(n)
 		r.Key = shardKey(r.Key, shard)
 		r.Limit = ceilDiv(limit, n)
 		r.Burst = ceilDiv(burst, n)
 		a.shards = n
 	}
-	if shape && p.OnLimit.Action == Delay && p.OnLimit.MaxDelay > 0 && shapeable(l.Algorithm) {
+	if !shape || l.OnLimit.Action != rules.Delay || l.OnLimit.MaxDelay <= 0 {
+		return r, a
+	}
+	switch l.Algorithm {
+	case rules.LeakyBucket:
+		r.MaxDelay = l.OnLimit.MaxDelay
+	case "", rules.TokenBucket:
 		interval := max(r.Period/time.Duration(r.Limit), time.Microsecond)
-		if extra := int64(p.OnLimit.MaxDelay / interval); extra > 0 {
+		if extra := int64(l.OnLimit.MaxDelay / interval); extra > 0 {
 			a.extra, a.interval, a.burst = extra, interval, r.Burst
 			r.Burst += extra
 		}
 	}
 	return r, a
 }
-
-// shapeable reports whether the algorithm's state is a GCRA token bucket,
-// which shaping deepens. (The limiter's leaky_bucket shaping, when it lands,
-// reports its own delay.)
-func shapeable(a rules.Algorithm) bool { return a == "" || a == rules.TokenBucket }
 
 // shardKey returns the key of one shard of key: the shard number goes
 // inside the hash tag, so on Redis Cluster the shards spread over slots.
@@ -598,12 +636,6 @@ func adjust(res *Result, adj []adjustment) {
 			s.Remaining = min(s.Remaining*a.shards, capacity)
 		}
 	}
-	if res.Code == OverLimit {
-		res.Delay = 0
-		for i := range res.Statuses {
-			res.Statuses[i].Delay = 0
-		}
-	}
 }
 
 // record copies decisions into the statuses they belong to and derives the
@@ -617,6 +649,8 @@ func record(res *Result, idx []int, decisions []limiter.Decision, local bool) {
 		s.Remaining = max(d.Remaining, 0)
 		s.ResetAfter = d.ResetAfter
 		s.RetryAfter = d.RetryAfter
+		s.Delay = d.Delay // a shaping leaky bucket's queue ahead
+		res.Delay = max(res.Delay, d.Delay)
 		s.Code = OK
 		s.Shadowed = false
 		s.Local = local
@@ -643,12 +677,13 @@ func (e *Engine) failureModes(ctx context.Context, res *Result, reqs []limiter.R
 		localReqs []limiter.Request
 		localIdx  []int
 	)
+	res.Delay = 0
 	for j, i := range idx {
 		s := &res.Statuses[i]
 		s.StoreFailed = true
 		s.Local = false
 		s.Shadowed = false
-		s.Remaining, s.ResetAfter, s.RetryAfter = 0, 0, 0
+		s.Remaining, s.ResetAfter, s.RetryAfter, s.Delay = 0, 0, 0, 0
 		s.Code = OK
 		switch s.Limit.FailureMode {
 		case rules.FailClosed:

@@ -11,7 +11,6 @@ import (
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // deadEngine returns an engine whose Redis refuses connections, with opts.
@@ -137,17 +136,12 @@ func TestCheckShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	eng := engine.New(limiter.NewRedis(client), testenv.KeyPrefix(t), engine.WithPolicies(func(l *rules.Limit) engine.Policy {
-		p := engine.DefaultPolicy
-		if l.Name == "hot" {
-			p.Shards = shards
-		}
-		return p
-	}))
+	eng := engine.New(limiter.NewRedis(client), testenv.KeyPrefix(t))
 	if err := eng.Apply(1, compile(t, `domain: api
 descriptors:
   - key: tenant
     rate_limit: {unit: hour, requests_per_unit: 10, name: hot}
+    shards: 4
 `)); err != nil {
 		t.Fatal(err)
 	}
@@ -174,16 +168,13 @@ func TestCheckShaping(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	eng := engine.New(limiter.NewRedis(client), testenv.KeyPrefix(t), engine.WithPolicies(func(l *rules.Limit) engine.Policy {
-		p := engine.DefaultPolicy
-		p.OnLimit = engine.OnLimit{Action: engine.Delay, MaxDelay: 2 * time.Second}
-		return p
-	}))
+	eng := engine.New(limiter.NewRedis(client), testenv.KeyPrefix(t))
 	// 2 per second: one token every 500 ms; 2 s of queue is 4 requests.
 	if err := eng.Apply(1, compile(t, `domain: api
 descriptors:
   - key: q
     rate_limit: {unit: second, requests_per_unit: 2, name: shaped}
+    on_limit: {action: delay, max_delay: 2s}
 `)); err != nil {
 		t.Fatal(err)
 	}

@@ -101,20 +101,19 @@ type gw struct {
 }
 
 // newGateway serves a Gateway to up over a real listener, counting in the
-// test Redis, with webYAML applied and policy deciding each limit's policy.
-func newGateway(t *testing.T, up string, trusted []netip.Prefix, policy func(*rules.Limit) engine.Policy) *gw {
+// test Redis, with the domain source yaml (webYAML when empty) applied.
+func newGateway(t *testing.T, up string, trusted []netip.Prefix, yaml string) *gw {
 	t.Helper()
 	client, err := limiter.NewClient(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	var opts []engine.Option
-	if policy != nil {
-		opts = append(opts, engine.WithPolicies(policy))
+	eng := engine.New(limiter.NewRedis(client), testenv.KeyPrefix(t))
+	if yaml == "" {
+		yaml = webYAML
 	}
-	eng := engine.New(limiter.NewRedis(client), testenv.KeyPrefix(t), opts...)
-	d, err := rules.Parse("web.yaml", []byte(webYAML))
+	d, err := rules.Parse("web.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +186,7 @@ func remaining(t *testing.T, h http.Header, name string) int64 {
 
 func TestGatewayProxiesThenRejects(t *testing.T) {
 	up := newUpstream(t)
-	g := newGateway(t, up.URL, nil, nil)
+	g := newGateway(t, up.URL, nil, "")
 
 	for i := range 3 {
 		resp, body := send(t, "GET", g.url+"/hello?x=1", nil, map[string]string{"X-Forwarded-For": "6.6.6.6"})
@@ -234,7 +233,7 @@ func TestGatewayProxiesThenRejects(t *testing.T) {
 
 func TestGatewayTrustedProxies(t *testing.T) {
 	up := newUpstream(t)
-	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil)
+	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, "")
 	// Behind a trusted proxy, each forwarded client has its own budget.
 	for _, client := range []string{"203.0.113.7", "203.0.113.8"} {
 		for i := range 3 {
@@ -255,7 +254,7 @@ func TestGatewayTrustedProxies(t *testing.T) {
 
 func TestGatewayStreamsAndDropsHopByHop(t *testing.T) {
 	up := newUpstream(t)
-	g := newGateway(t, up.URL, nil, nil)
+	g := newGateway(t, up.URL, nil, "")
 
 	// A request body larger than any buffer, streamed through both ways.
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
@@ -289,7 +288,7 @@ func TestGatewayStreamsAndDropsHopByHop(t *testing.T) {
 
 func TestGatewayDescriptorsFromHeaderAndPath(t *testing.T) {
 	up := newUpstream(t)
-	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil)
+	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, "")
 	// Distinct forwarded addresses keep per-ip out of the way; the API
 	// key's /slow limit (2/s) is what bites.
 	codes := make([]int, 3)
@@ -308,14 +307,9 @@ func TestGatewayDescriptorsFromHeaderAndPath(t *testing.T) {
 
 func TestGatewayDelay(t *testing.T) {
 	up := newUpstream(t)
-	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, func(l *rules.Limit) engine.Policy {
-		p := engine.DefaultPolicy
-		if l.Name == "slow-path" {
-			// 2/s is one every 500 ms: a 1 s queue holds two requests.
-			p.OnLimit = engine.OnLimit{Action: engine.Delay, MaxDelay: time.Second}
-		}
-		return p
-	})
+	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, strings.Replace(webYAML,
+		"name: slow-path}", "name: slow-path}\n        on_limit: {action: delay, max_delay: 1s}", 1))
+	// 2/s is one every 500 ms: a 1 s queue holds two requests.
 	const n = 5
 	type result struct {
 		code int
@@ -373,7 +367,7 @@ func TestGatewayUpstreamDown(t *testing.T) {
 	up := newUpstream(t)
 	addr := up.URL
 	up.Close()
-	g := newGateway(t, addr, nil, nil)
+	g := newGateway(t, addr, nil, "")
 	resp, body := send(t, "GET", g.url+"/x", nil, nil)
 	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(body, `"status":502`) {
 		t.Errorf("upstream down: %d %q %s, want 502 problem+json", resp.StatusCode, resp.Header.Get("Content-Type"), body)

@@ -179,7 +179,7 @@ func (l *Limiter) rejectStatus(res engine.Result) int {
 		}
 	}
 	if i >= 0 {
-		if st := l.eng.Policy(res.Statuses[i].Limit).OnLimit.Status; st >= 400 && st <= 599 {
+		if st := res.Statuses[i].Limit.OnLimit.Status; st >= 400 && st <= 599 {
 			return st
 		}
 	}
