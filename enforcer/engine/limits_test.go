@@ -182,4 +182,3 @@ func TestCheckShareThreshold(t *testing.T) {
 		}
 	}
 }
-
