@@ -36,9 +36,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/gateway"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/enforcer/metrics"
-	"github.com/sluicehq/sluice/enforcer/middleware"
 	"github.com/sluicehq/sluice/enforcer/subscriber"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // Defaults used by Run for empty Config fields.
@@ -91,9 +89,6 @@ type Config struct {
 	// GatewayTrustedProxies are the proxies in front of the gateway whose
 	// X-Forwarded-For is believed (CIDR prefixes).
 	GatewayTrustedProxies []netip.Prefix
-	// GatewayDescriptors derives the gateway's request descriptors from the
-	// applied ruleset; nil limits by client address alone.
-	GatewayDescriptors func(set *rules.Set, domain string) []middleware.RequestDescriptor
 
 	// Listening, if set, is called with every bound address (gateway
 	// included) before anything is served.
@@ -245,7 +240,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		gw, err = gateway.New(eng, gateway.Config{
 			Upstream:       upstream,
 			Domain:         cfg.GatewayDomain,
-			Descriptors:    cfg.GatewayDescriptors,
 			TrustedProxies: cfg.GatewayTrustedProxies,
 			Metrics:        m,
 			Log:            log,

@@ -2,8 +2,9 @@
 // of one upstream that rate-limits every request by one rules domain.
 //
 // Each request's descriptors are built by the domain's request_descriptors
-// (header, remote address with trusted-proxy handling of X-Forwarded-For,
-// path, method, query parameter, fixed value). A request over a limit gets
+// in the applied ruleset (header, remote address with trusted-proxy
+// handling of X-Forwarded-For, path, method, query parameter, fixed value),
+// or by the client address alone when the domain has none. A request over a limit gets
 // the limit's rejection status (429 by default) with rate-limit headers
 // and an RFC 9457 problem+json body; for on_limit: delay limits it is held
 // until the leaky bucket lets it through, at most max_delay, and rejected
@@ -29,7 +30,6 @@ import (
 	"github.com/sluicehq/sluice/enforcer/headers"
 	"github.com/sluicehq/sluice/enforcer/metrics"
 	"github.com/sluicehq/sluice/enforcer/middleware"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // Timeout defaults for the upstream.
@@ -44,10 +44,6 @@ type Config struct {
 	Upstream *url.URL
 	// Domain is the rules domain requests are checked against. Required.
 	Domain string
-	// Descriptors returns the request_descriptors of domain in set (the
-	// applied ruleset); nil or an empty answer means
-	// middleware.DefaultDescriptors (the client address).
-	Descriptors func(set *rules.Set, domain string) []middleware.RequestDescriptor
 	// TrustedProxies are the proxies in front of the gateway whose
 	// X-Forwarded-For is believed, and extended rather than replaced.
 	TrustedProxies []netip.Prefix
@@ -84,11 +80,12 @@ func New(eng *engine.Engine, cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{log: log}
 
-	specs := newSpecCache(eng, cfg.Domain, cfg.Descriptors)
+	// No Descriptors: the limiter builds them by the domain's
+	// request_descriptors in the applied ruleset (the client address when
+	// it has none).
 	trusted := cfg.TrustedProxies
 	lim, err := middleware.New(eng, middleware.Config{
 		Domain:         cfg.Domain,
-		DescriptorFunc: func(r *http.Request) []engine.Descriptor { return middleware.Build(r, specs.get(), trusted) },
 		TrustedProxies: trusted,
 		Metrics:        cfg.Metrics,
 		Transport:      "gateway",

@@ -11,53 +11,17 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// Source is where a descriptor entry's value comes from in an HTTP request.
-type Source string
-
-// Sources of RequestEntry.
-const (
-	// FromHeader takes the value of the request header Name (the first
-	// line, as sent).
-	FromHeader Source = "header"
-	// FromRemoteAddress takes the client's IP address: the TCP peer, or,
-	// when the peer is a trusted proxy, the address it forwarded in
-	// X-Forwarded-For (see ClientIP).
-	FromRemoteAddress Source = "remote_address"
-	// FromPath takes the URL path.
-	FromPath Source = "path"
-	// FromMethod takes the request method.
-	FromMethod Source = "method"
-	// FromQuery takes the first value of the query parameter Name.
-	FromQuery Source = "query"
-	// FromValue takes the fixed Value (e.g. a global limit's "all").
-	FromValue Source = "value"
-)
-
-// RequestEntry builds one descriptor entry: Key, and the value from Source.
-type RequestEntry struct {
-	Key    string
-	Source Source
-	// Name is the header or query parameter name for FromHeader and
-	// FromQuery.
-	Name string
-	// Value is the fixed value for FromValue.
-	Value string
-}
-
-// RequestDescriptor builds one descriptor of a check from a request. As in
-// Envoy, a descriptor one of whose values is missing (an absent header or
-// query parameter) is not sent at all.
-type RequestDescriptor struct {
-	Entries []RequestEntry
-}
-
 // DefaultDescriptors limits by client address alone: one descriptor
-// [{remote_address: <client IP>}].
-var DefaultDescriptors = []RequestDescriptor{{Entries: []RequestEntry{{Key: "remote_address", Source: FromRemoteAddress}}}}
+// [{remote_address: <client IP>}]. A Limiter uses it when neither its
+// Config nor the domain's request_descriptors say otherwise.
+var DefaultDescriptors = []rules.RequestDescriptor{{Entries: []rules.RequestEntry{{Key: "remote_address", From: rules.FromRemoteAddress}}}}
 
-// Validate reports the first problem of specs: an entry without a key, an
-// unknown source, a header or query entry without a name.
-func Validate(specs []RequestDescriptor) error {
+// Validate reports the first problem of specs built in code (the rules
+// parser checks the request_descriptors of a domain): a descriptor without
+// entries, an entry without a key, with both or neither of a source and a
+// fixed value, with an unknown source, or a header or query entry without
+// a name.
+func Validate(specs []rules.RequestDescriptor) error {
 	for i, d := range specs {
 		if len(d.Entries) == 0 {
 			return fmt.Errorf("request_descriptors[%d]: no entries", i)
@@ -66,60 +30,62 @@ func Validate(specs []RequestDescriptor) error {
 			switch {
 			case e.Key == "":
 				return fmt.Errorf("request_descriptors[%d].entries[%d]: key is empty", i, j)
-			case (e.Source == FromHeader || e.Source == FromQuery) && e.Name == "":
-				return fmt.Errorf("request_descriptors[%d].entries[%d]: %s needs a name", i, j, e.Source)
+			case e.From == "" && e.Value == "":
+				return fmt.Errorf("request_descriptors[%d].entries[%d]: needs a source (from) or a fixed value", i, j)
+			case e.From != "" && e.Value != "":
+				return fmt.Errorf("request_descriptors[%d].entries[%d]: has both a source and a fixed value", i, j)
+			case (e.From == rules.FromHeader || e.From == rules.FromQuery) && e.Name == "":
+				return fmt.Errorf("request_descriptors[%d].entries[%d]: %s needs a name", i, j, e.From)
 			}
-			switch e.Source {
-			case FromHeader, FromRemoteAddress, FromPath, FromMethod, FromQuery, FromValue:
+			switch e.From {
+			case "", rules.FromHeader, rules.FromRemoteAddress, rules.FromPath, rules.FromMethod, rules.FromQuery:
 			default:
-				return fmt.Errorf("request_descriptors[%d].entries[%d]: unknown source %q", i, j, e.Source)
+				return fmt.Errorf("request_descriptors[%d].entries[%d]: unknown source %q", i, j, e.From)
 			}
 		}
 	}
 	return nil
 }
 
-// Build returns the descriptors specs build from r; trusted lists the
-// proxies whose X-Forwarded-For is believed (see ClientIP).
-func Build(r *http.Request, specs []RequestDescriptor, trusted []netip.Prefix) []engine.Descriptor {
+// Build returns the descriptors specs build from r (rules.RequestDescriptor.Resolve
+// with r's values); trusted lists the proxies whose X-Forwarded-For is
+// believed (see ClientIP). As in Envoy, a descriptor one of whose values is
+// missing (an absent or empty header or query parameter) is not sent.
+func Build(r *http.Request, specs []rules.RequestDescriptor, trusted []netip.Prefix) []engine.Descriptor {
 	out := make([]engine.Descriptor, 0, len(specs))
 	var (
 		query  url.Values
 		client string
 	)
-next:
-	for _, d := range specs {
-		entries := make([]rules.Entry, len(d.Entries))
-		for j, e := range d.Entries {
-			var v string
-			switch e.Source {
-			case FromHeader:
-				v = r.Header.Get(e.Name)
-			case FromRemoteAddress:
-				if client == "" {
-					if ip := ClientIP(r, trusted); ip.IsValid() {
-						client = ip.String()
-					}
+	lookup := func(e rules.RequestEntry) (string, bool) {
+		switch e.From {
+		case rules.FromHeader:
+			v := r.Header.Get(e.Name)
+			return v, v != ""
+		case rules.FromRemoteAddress:
+			if client == "" {
+				if ip := ClientIP(r, trusted); ip.IsValid() {
+					client = ip.String()
 				}
-				v = client
-			case FromPath:
-				v = r.URL.Path
-			case FromMethod:
-				v = r.Method
-			case FromQuery:
-				if query == nil {
-					query = r.URL.Query()
-				}
-				v = query.Get(e.Name)
-			case FromValue:
-				v = e.Value
 			}
-			if v == "" {
-				continue next
+			return client, client != ""
+		case rules.FromPath:
+			return r.URL.Path, r.URL.Path != ""
+		case rules.FromMethod:
+			return r.Method, r.Method != ""
+		case rules.FromQuery:
+			if query == nil {
+				query = r.URL.Query()
 			}
-			entries[j] = rules.Entry{Key: e.Key, Value: v}
+			v := query.Get(e.Name)
+			return v, v != ""
 		}
-		out = append(out, engine.Descriptor{Entries: entries})
+		return "", false
+	}
+	for _, d := range specs {
+		if entries, ok := d.Resolve(lookup, nil); ok && len(entries) > 0 {
+			out = append(out, engine.Descriptor{Entries: entries})
+		}
 	}
 	return out
 }

@@ -6,8 +6,9 @@
 // enforcer, so the rules staff publish apply to the app as they do to every
 // node.
 //
-// For each request the Limiter builds descriptors (by RequestDescriptors or
-// a function of the request), checks them, and either lets the request
+// For each request the Limiter builds descriptors (by request descriptors —
+// its own, else the domain's request_descriptors in the applied ruleset —
+// or by a function of the request), checks them, and either lets the request
 // through with rate-limit headers set on the response, holds it first
 // (on_limit: delay limits queue the request for at most max_delay), or
 // answers with the limit's rejection status (429 by default), rate-limit
@@ -28,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/headers"
 	"github.com/sluicehq/sluice/enforcer/metrics"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // DefaultMaxWaiting bounds the requests a Limiter holds at once for
@@ -38,9 +40,11 @@ const DefaultMaxWaiting = 10000
 type Config struct {
 	// Domain is the rules domain checked. Required.
 	Domain string
-	// Descriptors says how to build descriptors from a request;
-	// DefaultDescriptors (the client address) when empty.
-	Descriptors []RequestDescriptor
+	// Descriptors says how to build descriptors from a request. When
+	// empty, the domain's request_descriptors in the applied ruleset do
+	// (rules.Set.RequestDescriptors), and DefaultDescriptors (the client
+	// address) when the domain has none.
+	Descriptors []rules.RequestDescriptor
 	// DescriptorFunc, when set, builds the descriptors instead of
 	// Descriptors. Returning none lets the request through unchecked.
 	DescriptorFunc func(r *http.Request) []engine.Descriptor
@@ -66,6 +70,7 @@ type Limiter struct {
 	maxWaiting int64
 	waiting    atomic.Int64
 	log        *slog.Logger
+	specs      atomic.Pointer[rulesetSpecs] // see rulesetDescriptors
 }
 
 // New returns a Limiter checking requests against eng.
@@ -75,9 +80,6 @@ func New(eng *engine.Engine, cfg Config) (*Limiter, error) {
 	}
 	if cfg.Domain == "" {
 		return nil, errors.New("middleware: domain is required")
-	}
-	if len(cfg.Descriptors) == 0 {
-		cfg.Descriptors = DefaultDescriptors
 	}
 	if err := Validate(cfg.Descriptors); err != nil {
 		return nil, errors.New("middleware: " + err.Error())
@@ -93,11 +95,38 @@ func New(eng *engine.Engine, cfg Config) (*Limiter, error) {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	l.build = cfg.DescriptorFunc
-	if l.build == nil {
+	switch {
+	case l.build != nil:
+	case len(cfg.Descriptors) > 0:
 		specs, trusted := cfg.Descriptors, cfg.TrustedProxies
 		l.build = func(r *http.Request) []engine.Descriptor { return Build(r, specs, trusted) }
+	default:
+		trusted := cfg.TrustedProxies
+		l.build = func(r *http.Request) []engine.Descriptor { return Build(r, l.rulesetDescriptors(), trusted) }
 	}
 	return l, nil
+}
+
+// rulesetSpecs is the request descriptors of one applied ruleset.
+type rulesetSpecs struct {
+	set   *rules.Set
+	specs []rules.RequestDescriptor
+}
+
+// rulesetDescriptors returns the domain's request_descriptors in the
+// applied ruleset, DefaultDescriptors when it has none (or no ruleset is
+// loaded yet). They are looked up once per ruleset, not per request.
+func (l *Limiter) rulesetDescriptors() []rules.RequestDescriptor {
+	set, _ := l.eng.Ruleset()
+	if c := l.specs.Load(); c != nil && c.set == set {
+		return c.specs
+	}
+	specs := set.RequestDescriptors(l.cfg.Domain)
+	if len(specs) == 0 {
+		specs = DefaultDescriptors
+	}
+	l.specs.Store(&rulesetSpecs{set: set, specs: specs})
+	return specs
 }
 
 // Handler returns next wrapped by the Limiter.

@@ -78,14 +78,14 @@ func TestParseTrustedProxies(t *testing.T) {
 }
 
 func TestBuild(t *testing.T) {
-	specs := []middleware.RequestDescriptor{
-		{Entries: []middleware.RequestEntry{{Key: "remote_address", Source: middleware.FromRemoteAddress}}},
-		{Entries: []middleware.RequestEntry{
-			{Key: "method", Source: middleware.FromMethod},
-			{Key: "path", Source: middleware.FromPath},
-			{Key: "plan", Source: middleware.FromQuery, Name: "plan"},
+	specs := []rules.RequestDescriptor{
+		{Entries: []rules.RequestEntry{{Key: "remote_address", From: rules.FromRemoteAddress}}},
+		{Entries: []rules.RequestEntry{
+			{Key: "method", From: rules.FromMethod},
+			{Key: "path", From: rules.FromPath},
+			{Key: "plan", From: rules.FromQuery, Name: "plan"},
 		}},
-		{Entries: []middleware.RequestEntry{{Key: "global", Source: middleware.FromValue, Value: "all"}, {Key: "key", Source: middleware.FromHeader, Name: "X-Key"}}},
+		{Entries: []rules.RequestEntry{{Key: "global", Value: "all"}, {Key: "key", From: rules.FromHeader, Name: "X-Key"}}},
 	}
 	if err := middleware.Validate(specs); err != nil {
 		t.Fatal(err)
@@ -104,11 +104,13 @@ func TestBuild(t *testing.T) {
 	if got := middleware.Build(r, specs, nil); len(got) != 3 || got[2].Entries[1].Value != "k9" {
 		t.Errorf("with X-Key: %+v, want a third descriptor", got)
 	}
-	for _, bad := range [][]middleware.RequestDescriptor{
+	for _, bad := range [][]rules.RequestDescriptor{
 		{{}},
-		{{Entries: []middleware.RequestEntry{{Source: middleware.FromPath}}}},
-		{{Entries: []middleware.RequestEntry{{Key: "h", Source: middleware.FromHeader}}}},
-		{{Entries: []middleware.RequestEntry{{Key: "h", Source: "cookie"}}}},
+		{{Entries: []rules.RequestEntry{{From: rules.FromPath}}}},
+		{{Entries: []rules.RequestEntry{{Key: "h", From: rules.FromHeader}}}},
+		{{Entries: []rules.RequestEntry{{Key: "h", From: "cookie"}}}},
+		{{Entries: []rules.RequestEntry{{Key: "h"}}}},
+		{{Entries: []rules.RequestEntry{{Key: "h", From: rules.FromPath, Value: "x"}}}},
 	} {
 		if err := middleware.Validate(bad); err == nil {
 			t.Errorf("%+v accepted", bad)

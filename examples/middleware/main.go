@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/enforcer/middleware"
+	"github.com/sluicehq/sluice/rules"
 )
 
 func main() {
@@ -64,12 +65,13 @@ func run() error {
 	defer node.Close()
 
 	// Each request is checked with two descriptors: the client address,
-	// and, when the caller sends one, its API key.
+	// and, when the caller sends one, its API key. (Without Descriptors the
+	// domain's request_descriptors, as published, would decide.)
 	limit, err := node.Limiter(middleware.Config{
 		Domain: "app",
-		Descriptors: []middleware.RequestDescriptor{
-			{Entries: []middleware.RequestEntry{{Key: "remote_address", Source: middleware.FromRemoteAddress}}},
-			{Entries: []middleware.RequestEntry{{Key: "api_key", Source: middleware.FromHeader, Name: "X-Api-Key"}}},
+		Descriptors: []rules.RequestDescriptor{
+			{Entries: []rules.RequestEntry{{Key: "remote_address", From: rules.FromRemoteAddress}}},
+			{Entries: []rules.RequestEntry{{Key: "api_key", From: rules.FromHeader, Name: "X-Api-Key"}}},
 		},
 	})
 	if err != nil {
