@@ -73,7 +73,10 @@ func TestEndToEnd(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			cfg := enforcer.Config{ConsoleURL: base, NodeToken: tok.Token, NodeID: fmt.Sprintf("e2e-%d", i), RedisURL: redisURL,
-				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: prefix}
+				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: prefix,
+				// Generous: the exact-count checks must not fail open on a
+				// loaded machine (50 ms by default).
+				StoreTimeout: 2 * time.Second}
 			err := enforcer.Run(ctx, cfg, log, func(h, g net.Addr) { ready <- node{h.String(), g.String()} })
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("enforcer %d: %v", i, err)
