@@ -148,12 +148,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Waiting returns the number of requests held by delay limits right now.
 func (g *Gateway) Waiting() int { return g.limiter.Waiting() }
 
-// stripRateLimitHeaders drops the upstream's own rate-limit headers: the
+// stripRateLimitHeaders drops the upstream's own rate-limit fields: the
 // gateway has set its own on the response, and two sets would contradict
-// each other.
+// each other. The upstream's Retry-After (say, on its own 503) is kept: the
+// gateway sets none on a request it let through.
 func stripRateLimitHeaders(resp *http.Response) error {
 	for _, name := range headers.Names {
-		resp.Header.Del(name)
+		if name != headers.RetryAfter {
+			resp.Header.Del(name)
+		}
 	}
 	return nil
 }
