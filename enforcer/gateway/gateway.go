@@ -23,6 +23,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
@@ -65,6 +66,11 @@ type Gateway struct {
 	limiter *middleware.Limiter
 	proxy   *httputil.ReverseProxy
 	log     *slog.Logger
+
+	// An unreachable upstream fails every request: log it once a second
+	// with a count, not once per request.
+	lastLog    atomic.Int64 // unix ns
+	suppressed atomic.Int64
 }
 
 // New returns a Gateway proxying to cfg.Upstream, checking with eng.
@@ -172,7 +178,14 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		status = http.StatusGatewayTimeout
 	}
-	g.log.WarnContext(r.Context(), "upstream request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+	now := time.Now().UnixNano()
+	if last := g.lastLog.Load(); now-last >= int64(time.Second) && g.lastLog.CompareAndSwap(last, now) {
+		g.log.WarnContext(r.Context(), "upstream request failed",
+			"method", r.Method, "path", r.URL.Path, "status", status, "error", err,
+			"suppressed_since_last", g.suppressed.Swap(0))
+	} else {
+		g.suppressed.Add(1)
+	}
 	for _, name := range headers.Names {
 		w.Header().Del(name)
 	}
