@@ -108,7 +108,7 @@ func toResponse(res engine.Result) *rlsv3.RateLimitResponse {
 				RequestsPerUnit: s.Limit.RequestsPerUnit,
 				Unit:            toUnit(s.Limit.Unit),
 			}
-			if !s.StoreFailed {
+			if s.Limited() { // counted: by Redis, or locally while it is down
 				st.LimitRemaining = uint32(min(max(s.Remaining, 0), math.MaxUint32))
 				st.DurationUntilReset = durationpb.New(s.ResetAfter)
 			}

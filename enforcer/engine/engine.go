@@ -6,7 +6,22 @@
 // that is over any one of its limits consumes nothing from the others, so a
 // request rejected by its per-user limit never eats the global quota.
 //
-// The transports (HTTP, gRPC, later the gateway and the Go middleware) turn
+// When the store fails, or the circuit breaker around it (WithBreaker) is
+// open, each limit's failure_mode answers: open allows, closed rejects, and
+// local counts in the in-process limiter (a limiter.Local, WithLocal) with
+// 1/N of the limit and of the burst, rounded up, where N is the node count
+// the console sends (SetNodeCount). Error bound of local mode: the N nodes
+// together admit at most N·⌈limit/N⌉ < limit + N requests per period (plus
+// as much of the burst) when the load is spread evenly over them; when it is
+// not, they admit less — down to ⌈limit/N⌉ if all of it reaches one node —
+// never more. Local counting starts from a full bucket when the outage does.
+//
+// Each limit's own settings (rules.Limit) decide how it is counted: its
+// algorithm, calendar windows, sharding of a hot key over several Redis
+// keys (see storeRequest for the error bound) and the shaping of on_limit:
+// delay limits (Request.Shape).
+//
+// The transports (HTTP, gRPC, the gateway and the Go middleware) turn
 // their wire formats into a Request and a Result back into theirs; the engine
 // knows nothing about them.
 package engine

@@ -24,6 +24,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
@@ -61,6 +62,11 @@ type Gateway struct {
 	limiter *middleware.Limiter
 	proxy   *httputil.ReverseProxy
 	log     *slog.Logger
+
+	// An unreachable upstream fails every request: log it once a second
+	// with a count, not once per request.
+	lastLog    atomic.Int64 // unix ns
+	suppressed atomic.Int64
 }
 
 // New returns a Gateway proxying to cfg.Upstream, checking with eng.
@@ -145,12 +151,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Waiting returns the number of requests held by delay limits right now.
 func (g *Gateway) Waiting() int { return g.limiter.Waiting() }
 
-// stripRateLimitHeaders drops the upstream's own rate-limit headers: the
+// stripRateLimitHeaders drops the upstream's own rate-limit fields: the
 // gateway has set its own on the response, and two sets would contradict
-// each other.
+// each other. The upstream's Retry-After (say, on its own 503) is kept: the
+// gateway sets none on a request it let through.
 func stripRateLimitHeaders(resp *http.Response) error {
 	for _, name := range headers.Names {
-		resp.Header.Del(name)
+		if name != headers.RetryAfter {
+			resp.Header.Del(name)
+		}
 	}
 	return nil
 }
@@ -166,7 +175,14 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		status = http.StatusGatewayTimeout
 	}
-	g.log.WarnContext(r.Context(), "upstream request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+	now := time.Now().UnixNano()
+	if last := g.lastLog.Load(); now-last >= int64(time.Second) && g.lastLog.CompareAndSwap(last, now) {
+		g.log.WarnContext(r.Context(), "upstream request failed",
+			"method", r.Method, "path", r.URL.Path, "status", status, "error", err,
+			"suppressed_since_last", g.suppressed.Swap(0))
+	} else {
+		g.suppressed.Add(1)
+	}
 	for _, name := range headers.Names {
 		w.Header().Del(name)
 	}

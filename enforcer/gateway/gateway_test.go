@@ -62,6 +62,11 @@ func newUpstream(t *testing.T) *upstream {
 		u.mu.Unlock()
 		w.Header().Set("X-RateLimit-Remaining", "999") // the gateway's own wins
 		w.Header().Set("X-Upstream", "yes")
+		if r.URL.Path == "/busy" {
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		switch r.URL.Path {
 		case "/echo":
 			// HTTP/1 handlers read the whole body before answering.
@@ -356,6 +361,15 @@ func TestGatewayDelay(t *testing.T) {
 	}
 	if g.g.Waiting() != 0 {
 		t.Errorf("%d requests still held", g.g.Waiting())
+	}
+}
+
+func TestGatewayKeepsUpstreamRetryAfter(t *testing.T) {
+	up := newUpstream(t)
+	g := newGateway(t, up.URL, nil, "")
+	resp, _ := send(t, "GET", g.url+"/busy", nil, nil)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "7" || resp.Header.Get("RateLimit") == "" {
+		t.Errorf("upstream 503: %d Retry-After %q RateLimit %q, want 503, the upstream's 7 and the gateway's RateLimit", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("RateLimit"))
 	}
 }
 
