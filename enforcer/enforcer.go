@@ -193,8 +193,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		Labels:     cfg.Labels,
 		Build:      cfg.Build,
 		StateDir:   cfg.StateDir,
-		// Per-rule counts for the console, from the check servers' counter.
-		StatsSource: subscriber.MetricStats(reg, "sluice_enforcer_rule_decisions_total"),
+		// Per-rule counts and top limited values for the console.
+		StatsSource: eng.TakeStats,
 	}, eng, log)
 	if err != nil {
 		return fmt.Errorf("enforcer: %w", err)

@@ -217,6 +217,7 @@ type Engine struct {
 	current      atomic.Pointer[ruleset]
 	nodeCount    atomic.Int64
 	shardSeq     atomic.Uint64
+	stats        stats // per-rule counts for the console (TakeStats)
 }
 
 // Option changes a setting of New.
@@ -329,6 +330,14 @@ func (e *Engine) Ruleset() (*rules.Set, int64) {
 // limit would not), while the real limits count it; if the second Take
 // rejects (a concurrent request got there first), the answer is OVER_LIMIT.
 func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
+	res, err := e.check(ctx, req)
+	if err == nil {
+		e.stats.count(&req, &res)
+	}
+	return res, err
+}
+
+func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	rs := e.current.Load()
 	if rs == nil {
 		return Result{}, ErrNoRuleset

@@ -89,6 +89,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		Labels:     cfg.Labels,
 		Build:      cfg.Build,
 		StateDir:   cfg.StateDir,
+		// Per-rule counts and top limited values for the console.
+		StatsSource: eng.TakeStats,
 	}, eng, log)
 	if err != nil {
 		client.Close()

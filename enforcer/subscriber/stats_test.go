@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/subscriber"
 	"github.com/sluicehq/sluice/rules/wire"
@@ -55,38 +52,6 @@ func TestSubscribeSendsStats(t *testing.T) {
 		if len(st.Rules) != 1 || st.Rules[0].Allowed != want || st.Rules[0].TopLimited[0].Value != "k1" {
 			t.Fatalf("stats %+v, want call %d's counts", st, want)
 		}
-	}
-}
-
-func TestMetricStats(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rule_decisions_total", Help: "h"},
-		[]string{"domain", "rule", "result"})
-	other := prometheus.NewCounter(prometheus.CounterOpts{Name: "other_total", Help: "h"})
-	reg.MustRegister(decisions, other)
-	source := subscriber.MetricStats(reg, "rule_decisions_total")
-
-	decisions.WithLabelValues("api", "per-key", "allowed").Add(10)
-	decisions.WithLabelValues("api", "per-key", "limited").Add(2)
-	decisions.WithLabelValues("api", "per-key", "shadow_limited").Add(1)
-	decisions.WithLabelValues("web", "per-ip", "store_error").Add(3)
-	other.Add(100)
-	want := []wire.RuleStats{
-		{Domain: "api", Rule: "per-key", Allowed: 10, Limited: 2, ShadowLimited: 1},
-		{Domain: "web", Rule: "per-ip", StoreErrors: 3},
-	}
-	if diff := cmp.Diff(want, source()); diff != "" {
-		t.Errorf("first call (-want +got):\n%s", diff)
-	}
-
-	// The next call reports only what was added since.
-	decisions.WithLabelValues("api", "per-key", "allowed").Add(5)
-	want = []wire.RuleStats{{Domain: "api", Rule: "per-key", Allowed: 5}}
-	if diff := cmp.Diff(want, source()); diff != "" {
-		t.Errorf("second call (-want +got):\n%s", diff)
-	}
-	if got := source(); len(got) != 0 {
-		t.Errorf("third call with no decisions: %+v, want none", got)
 	}
 }
 
