@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -58,7 +59,7 @@ type fixture struct {
 // real test Redis. The ruleset is not applied yet.
 func newFixture(t *testing.T, ping func(context.Context) error) *fixture {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatalf("redis client: %v", err)
 	}
@@ -597,7 +598,7 @@ func TestGRPCLimitOverride(t *testing.T) {
 }
 
 func TestDetailedMetricIsBounded(t *testing.T) {
-	client, err := limiter.NewClient(testenv.RedisURL(t))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func TestCheckBreakerCutsOffTheStore(t *testing.T) {
 
 func TestCheckInvalidStoreRequestsDoNotTripTheBreaker(t *testing.T) {
 	b := breaker.New(breaker.Config{Failures: 1, Cooldown: time.Hour})
-	client, err := limiter.NewClient(testenv.RedisURL(t))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ descriptors:
 
 func TestCheckShards(t *testing.T) {
 	const limit, shards = 10, 4
-	client, err := limiter.NewClient(testenv.RedisURL(t))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ descriptors:
 }
 
 func TestCheckShaping(t *testing.T) {
-	client, err := limiter.NewClient(testenv.RedisURL(t))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
