@@ -4,11 +4,11 @@
 // Each request's descriptors are built by the domain's request_descriptors
 // in the applied ruleset (header, remote address with trusted-proxy
 // handling of X-Forwarded-For, path, method, query parameter, fixed value),
-// or by the client address alone when the domain has none. A request over a limit gets
-// the limit's rejection status (429 by default) with rate-limit headers
-// and an RFC 9457 problem+json body; for on_limit: delay limits it is held
-// until the leaky bucket lets it through, at most max_delay, and rejected
-// after that. Allowed requests are proxied with httputil.ReverseProxy
+// or by the client address alone when the domain has none. A request over a
+// limit gets the limit's rejection status (on_limit's status, 429 by
+// default) with rate-limit headers and an RFC 9457 problem+json body; for
+// on_limit: delay limits it is held until the bucket lets it through, at
+// most max_delay, and rejected after that. Allowed requests are proxied with httputil.ReverseProxy
 // (bodies streamed both ways, hop-by-hop headers dropped, upgrades passed
 // through, X-Forwarded-For/-Host/-Proto set) and the response carries the
 // rate-limit headers.
