@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -79,14 +80,12 @@ func buildVersion() string {
 	return v
 }
 
-// redact hides a URL's password for --print-config.
+// redact hides a URL's password for --print-config. Values that are not
+// URLs (a list of Redis Cluster seeds) carry no password and stay as they are.
 func redact(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		if at := strings.LastIndex(s, "@"); at > i {
-			if colon := strings.Index(s[i+3:at], ":"); colon >= 0 {
-				return s[:i+3+colon+1] + "xxxxx" + s[at:]
-			}
-		}
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
 	}
-	return s
+	return u.Redacted()
 }
