@@ -49,6 +49,10 @@ const (
 	ShutdownTimeout = 10 * time.Second
 )
 
+// grpcStreamWorkers is how many goroutines serve gRPC checks. More
+// concurrent checks than that still run, each on a goroutine of its own.
+const grpcStreamWorkers = 256
+
 // Config is an enforcer node's configuration, as parsed by `sluice enforcer`.
 type Config struct {
 	// ConsoleURL is the console's base URL (http:// or https://), or the
@@ -276,7 +280,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	grpcSrv := grpc.NewServer(grpc.MaxRecvMsgSize(checkserver.MaxBodyBytes))
+	// Stream workers: a check runs on a long-lived goroutine whose stack has
+	// grown already, instead of a new one that grows its stack through the
+	// check's deep call path on every RPC (copying it each time).
+	grpcSrv := grpc.NewServer(grpc.MaxRecvMsgSize(checkserver.MaxBodyBytes), grpc.NumStreamWorkers(grpcStreamWorkers))
 	checks.RegisterGRPC(grpcSrv)
 	var gwSrv *http.Server
 	if gw != nil {

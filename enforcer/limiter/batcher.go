@@ -157,24 +157,33 @@ func (b *Batcher) run(ctx context.Context, calls []*takeCall) error {
 
 // dispatch sends pending calls as the batching policy allows. b.mu is held.
 func (b *Batcher) dispatch() {
-	for len(b.pending) > 0 && b.inflight < b.maxInFlight {
-		if b.inflight > 0 && len(b.pending) < b.maxBatch && !b.due {
-			if !b.armed {
-				b.armed = true
-				b.timer.Reset(b.window)
-			}
-			return
-		}
-		n := min(len(b.pending), b.maxBatch)
-		batch := make([]*takeCall, n)
-		copy(batch, b.pending)
-		rest := copy(b.pending, b.pending[n:])
-		clear(b.pending[rest:])
-		b.pending = b.pending[:rest]
-		b.inflight++
-		b.due = false
+	for batch := b.next(); batch != nil; batch = b.next() {
 		go b.flush(batch)
 	}
+}
+
+// next takes the next batch to send off pending, or returns nil when none
+// may go yet (arming the window timer when calls wait for it). b.mu is held.
+func (b *Batcher) next() []*takeCall {
+	if len(b.pending) == 0 || b.inflight >= b.maxInFlight {
+		return nil
+	}
+	if b.inflight > 0 && len(b.pending) < b.maxBatch && !b.due {
+		if !b.armed {
+			b.armed = true
+			b.timer.Reset(b.window)
+		}
+		return nil
+	}
+	n := min(len(b.pending), b.maxBatch)
+	batch := make([]*takeCall, n)
+	copy(batch, b.pending)
+	rest := copy(b.pending, b.pending[n:])
+	clear(b.pending[rest:])
+	b.pending = b.pending[:rest]
+	b.inflight++
+	b.due = false
+	return batch
 }
 
 func (b *Batcher) windowPassed() {
@@ -185,17 +194,22 @@ func (b *Batcher) windowPassed() {
 	b.dispatch()
 }
 
-// flush sends one batch. The calls' own contexts are not used: the batch is
-// shared, and the client's per-call timeouts bound it.
+// flush sends one batch, then the next ones while there are any to send:
+// under load one goroutine keeps going, with the stack it has grown,
+// instead of a new goroutine per batch. The calls' own contexts are not
+// used: the batch is shared, and the client's per-call timeouts bound it.
 func (b *Batcher) flush(batch []*takeCall) {
-	b.r.exec(context.Background(), batch, b.coalesce)
-	for _, c := range batch {
-		close(c.done)
+	for batch != nil {
+		b.r.exec(context.Background(), batch, b.coalesce)
+		for _, c := range batch {
+			close(c.done)
+		}
+		b.mu.Lock()
+		b.inflight--
+		batch = b.next()
+		b.dispatch()
+		b.mu.Unlock()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.inflight--
-	b.dispatch()
 }
 
 // overLimitCache remembers limits known to reject until some time.
