@@ -3,6 +3,7 @@ package checkserver
 import (
 	"fmt"
 	"math"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -20,17 +21,27 @@ import (
 // envoyproxy/ratelimit; is_negative_hits (refunds) is rejected rather than
 // silently consuming.
 func toRequest(m *rlsv3.RateLimitRequest) (engine.Request, error) {
+	descs := m.GetDescriptors()
 	req := engine.Request{
 		Domain:      m.GetDomain(),
-		Descriptors: make([]engine.Descriptor, len(m.GetDescriptors())),
+		Descriptors: make([]engine.Descriptor, len(descs)),
 		Hits:        uint64(m.GetHitsAddend()),
 	}
-	for i, d := range m.GetDescriptors() {
+	// One backing array for every descriptor's entries: one allocation per
+	// check instead of one per descriptor.
+	n := 0
+	for _, d := range descs {
+		n += len(d.GetEntries())
+	}
+	all := make([]rules.Entry, n)
+	for i, d := range descs {
 		if d.GetIsNegativeHits() {
 			return engine.Request{}, fmt.Errorf("%w: descriptors[%d]: is_negative_hits is not supported", engine.ErrInvalidRequest, i)
 		}
-		entries := make([]rules.Entry, len(d.GetEntries()))
-		for j, e := range d.GetEntries() {
+		es := d.GetEntries()
+		entries := all[:len(es):len(es)]
+		all = all[len(es):]
+		for j, e := range es {
 			entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 		req.Descriptors[i].Entries = entries
@@ -92,25 +103,32 @@ func toHeaders(res engine.Result) []*corev3.HeaderValue {
 // conventions: no current_limit when no limit applies, and for an unlimited
 // limit no current_limit and limit_remaining = MaxUint32.
 func toResponse(res engine.Result) *rlsv3.RateLimitResponse {
+	// The messages of all statuses come from a few arrays, not one
+	// allocation each: this runs for every check.
+	n := len(res.Statuses)
+	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+	limits := make([]rlsv3.RateLimitResponse_RateLimit, n)
+	resets := make([]durationpb.Duration, n)
 	out := &rlsv3.RateLimitResponse{
 		OverallCode: toCode(res.Code),
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
 	}
 	for i, s := range res.Statuses {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: toCode(s.Code)}
+		st := &statuses[i]
+		st.Code = toCode(s.Code)
 		switch {
 		case s.Limit == nil:
 		case s.Limit.Unlimited:
 			st.LimitRemaining = math.MaxUint32
 		default:
-			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-				Name:            s.Limit.Name,
-				RequestsPerUnit: s.Limit.RequestsPerUnit,
-				Unit:            toUnit(s.Limit.Unit),
-			}
+			l := &limits[i]
+			l.Name, l.RequestsPerUnit, l.Unit = s.Limit.Name, s.Limit.RequestsPerUnit, toUnit(s.Limit.Unit)
+			st.CurrentLimit = l
 			if s.Limited() { // counted: by Redis, or locally while it is down
 				st.LimitRemaining = uint32(min(max(s.Remaining, 0), math.MaxUint32))
-				st.DurationUntilReset = durationpb.New(s.ResetAfter)
+				d := &resets[i]
+				d.Seconds, d.Nanos = int64(s.ResetAfter/time.Second), int32(s.ResetAfter%time.Second)
+				st.DurationUntilReset = d
 			}
 		}
 		out.Statuses[i] = st

@@ -389,8 +389,8 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		hits = 1
 	}
 	var (
-		reqs []limiter.Request
-		idx  []int
+		reqs = make([]limiter.Request, 0, len(res.Statuses))
+		idx  = make([]int, 0, len(res.Statuses))
 		adj  []adjustment // per status; nil unless some limit is sharded or shaped
 	)
 	for i, s := range res.Statuses {
