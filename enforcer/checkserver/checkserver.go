@@ -152,6 +152,15 @@ var (
 	jsonOut = protojson.MarshalOptions{}
 )
 
+// marshalResponse encodes r as protojson does, without its reflection when
+// it can.
+func marshalResponse(r *rlsv3.RateLimitResponse) ([]byte, error) {
+	if out, ok := appendResponseJSON(make([]byte, 0, 256), r); ok {
+		return out, nil
+	}
+	return jsonOut.Marshal(r)
+}
+
 // readRequest reads and decodes an HTTP check body. On failure it returns
 // the status and the error's code and message.
 func readRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLimitRequest, int, string, string) {
@@ -190,7 +199,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 		return
 	}
-	out, err := jsonOut.Marshal(toResponse(res))
+	out, err := marshalResponse(toResponse(res))
 	if err != nil {
 		s.log.ErrorContext(r.Context(), "encode check response", "error", err)
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
@@ -241,7 +250,7 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := toResponse(res)
-	out, err := jsonOut.Marshal(resp)
+	out, err := marshalResponse(resp)
 	if err != nil {
 		s.log.ErrorContext(r.Context(), "encode check response", "error", err)
 		lyftError(w, http.StatusInternalServerError)

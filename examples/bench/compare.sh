@@ -10,6 +10,13 @@
 #
 # It builds ./cmd/sluice first (set SLUICE to use another binary).
 #
+# When h2load (Debian's nghttp2-client) is installed, the 1-key rows are also
+# measured with it: an independent load generator written in C that costs
+# the CPUs a few µs per check, so on a shared machine more of them go to the
+# servers. It does not read gRPC trailers (a gRPC error counts as a success),
+# so `sluice bench`, which checks every answer, stays the reference for the
+# undecided column. H2LOAD= (empty) skips it.
+#
 # Prints one markdown row per configuration with the median of ROUNDS runs.
 set -euo pipefail
 
@@ -21,6 +28,7 @@ CONCURRENCY=${CONCURRENCY:-"16 64 256"}
 KEYS=${KEYS:-"1 10000"}
 TRANSPORTS=${TRANSPORTS:-"grpc http"}
 LYFT_BIN=${LYFT_BIN:-}
+H2LOAD=${H2LOAD-$(command -v h2load || true)}
 
 work=$(mktemp -d)
 pids=()
@@ -74,6 +82,17 @@ json.dump({"type": "snapshot", "version": 1, "checksum": h,
 PY
 printf '%s' "$RULES" >"$work/lyft/ratelimit/config/bench.yaml"
 
+# h2load's request bodies: the check `sluice bench --keys 1` makes, as a
+# length-prefixed gRPC message and as /json.
+python3 - "$work" <<'PY'
+import sys
+def field(n, b): return bytes([n << 3 | 2, len(b)]) + b
+entry = field(1, b"key") + field(2, b"k0")
+msg = field(1, b"bench") + field(2, field(1, entry)) + bytes([3 << 3, 1])
+open(sys.argv[1] + "/req.bin", "wb").write(b"\0" + len(msg).to_bytes(4, "big") + msg)
+open(sys.argv[1] + "/req.json", "w").write('{"domain":"bench","descriptors":[{"entries":[{"key":"key","value":"k0"}]}],"hitsAddend":1}')
+PY
+
 "$SLUICE" enforcer --console-url http://127.0.0.1:9 --node-token bench --node-id bench \
 	--redis-url "redis://127.0.0.1:$RP/0" --listen "127.0.0.1:$HP" --grpc-listen "127.0.0.1:$GP" \
 	--state-dir "$work/state" --log-level error 2>/dev/null &
@@ -103,6 +122,33 @@ once() {
 	# (Sluice, failing closed), in % of the checks answered.
 	awk '/^checks\/s/ {r=$2} /^p50/ {a=$2} /^p99/ {b=$2} /^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6}
 		END {printf "%s %s %s %.1f\n", r, a, b, n+e ? 100*(e+o)/(n+e) : 0}' <<<"$res"
+}
+
+# once_h2 BASE_URL TRANSPORT C → "checks/s p50 p99 non-200%" of one h2load
+# run (gRPC: C streams over 4 connections; HTTP/1.1: C connections).
+once_h2() {
+	local args conns
+	if [[ $2 == grpc ]]; then
+		conns=$(($3 < 4 ? $3 : 4))
+		args=(-c "$conns" -m $(($3 / conns)) -d "$work/req.bin" -H 'content-type: application/grpc' -H 'te: trailers'
+			"$1/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+	else
+		args=(--h1 -c "$3" -d "$work/req.json" -H 'content-type: application/json' "$1/json")
+	fi
+	rm -f "$work/h2.log"
+	"$H2LOAD" -t 1 -D "$DUR" --warm-up-time="$WARMUP" --log-file="$work/h2.log" "${args[@]}" >"$work/h2.out" 2>&1 || {
+		echo "h2load failed: $(cat "$work/h2.out")" >&2
+		return 1
+	}
+	local rate
+	rate=$(awk '/^finished in/ {print $4}' "$work/h2.out")
+	# The log also holds the warm-up's requests: keep those that started
+	# after it (column 1: start, µs; 2: HTTP status; 3: duration, µs).
+	local w
+	w=$(awk -v d="$WARMUP" 'BEGIN {if (d ~ /ms$/) print d * 1000; else print d * 1000000}')
+	sort -n "$work/h2.log" | awk -v w="$w" 'NR == 1 {t0 = $1} $1 >= t0 + w {print $3, ($2 == 200 ? 0 : 1)}' | sort -n |
+		awk -v r="$rate" '{d[++n] = $1; bad += $2}
+			END {printf "%.0f %.3f %.3f %.1f\n", r, d[int((n + 1) * 0.5)] / 1000, d[int(n * 0.99)] / 1000, n ? 100 * bad / n : 0}'
 }
 
 # col N: the median of column N of stdin
@@ -137,5 +183,28 @@ for tr in $TRANSPORTS; do
 				echo "| envoyproxy/ratelimit | $tr | $k | $c | $lr | $(col 2 <"$work/l") | $(col 3 <"$work/l") | $(col 4 <"$work/l") | sluice ÷ lyft = $(awk -v a="$sr" -v b="$lr" 'BEGIN {printf "%.2f", a/b}') |"
 			fi
 		done
+	done
+done
+
+[[ -n $H2LOAD ]] || exit 0
+echo
+echo "h2load, 1 key (non-200 % in the undecided column):"
+echo
+echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % | checks/s ratio |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for tr in $TRANSPORTS; do
+	for c in $CONCURRENCY; do
+		if [[ $tr == grpc ]]; then t="http://127.0.0.1:$GP"; lt="http://127.0.0.1:$LGP"; else t="http://127.0.0.1:$HP"; lt="http://127.0.0.1:$LHP"; fi
+		: >"$work/s"; : >"$work/l"
+		for _ in $(seq "$ROUNDS"); do
+			once_h2 "$t" "$tr" "$c" >>"$work/s"
+			if [[ -n $LYFT_BIN ]]; then once_h2 "$lt" "$tr" "$c" >>"$work/l"; fi
+		done
+		sr=$(col 1 <"$work/s")
+		echo "| sluice | $tr | 1 | $c | $sr | $(col 2 <"$work/s") | $(col 3 <"$work/s") | $(col 4 <"$work/s") | |"
+		if [[ -n $LYFT_BIN ]]; then
+			lr=$(col 1 <"$work/l")
+			echo "| envoyproxy/ratelimit | $tr | 1 | $c | $lr | $(col 2 <"$work/l") | $(col 3 <"$work/l") | $(col 4 <"$work/l") | sluice ÷ lyft = $(awk -v a="$sr" -v b="$lr" 'BEGIN {printf "%.2f", a/b}') |"
+		fi
 	done
 done
