@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -169,7 +170,11 @@ func TestBenchGRPCFlowControl(t *testing.T) {
 	// Long descriptor keys and limit names make big requests and responses,
 	// so few checks cross the windows.
 	key, name := strings.Repeat("k", 3000), strings.Repeat("n", 3000)
-	tg := benchTarget(t, "domain: bench\ndescriptors:\n  - key: "+key+"\n    rate_limit: {unit: second, requests_per_unit: 100000000, name: "+name+"}\n")
+	tg := benchTarget(t, "domain: bench\ndescriptors:\n  - key: "+key+"\n    rate_limit: {unit: second, requests_per_unit: 100000000, name: "+name+"}\n",
+		// Fixed 64 KiB windows (no BDP growth): the client waits for each
+		// WINDOW_UPDATE. (grpc-go does not enforce its connection window, so
+		// a client that ignored it would go unnoticed here.)
+		grpc.InitialConnWindowSize(64<<10), grpc.InitialWindowSize(64<<10))
 	// The client grants the server no more than the default window, so it
 	// has to top it up.
 	defer func(w int64) { grpcConnWindow = w }(grpcConnWindow)
@@ -189,7 +194,7 @@ func TestBenchGRPCFlowControl(t *testing.T) {
 	}
 	smaller := min(proto.Size(req), proto.Size(resp))
 
-	out, err := runBenchArgs(t, "--target", tg.grpcAddr, "--key", key, "--connections", "1", "--concurrency", "8",
+	out, err := runBenchArgs(t, "--target", tg.grpcAddr, "--key", key, "--connections", "1", "--concurrency", "64",
 		"--duration", "1s", "--warmup", "0s")
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
@@ -227,6 +232,43 @@ func TestBenchServerStops(t *testing.T) {
 			}
 			if !strings.Contains(out, "first error: ") {
 				t.Errorf("output lacks the first error:\n%s", out)
+			}
+		})
+	}
+}
+
+// The HTTP transport reads the framings net/http's server writes: a
+// chunked body (with trailers), and a response after which the server
+// closes the connection.
+func TestBenchHTTPFramings(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /chunked/json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Done")
+		w.Write([]byte(`{"overallCode":`))
+		w.(http.Flusher).Flush()
+		w.Write([]byte(`"OK"}`))
+		w.Header().Set("X-Done", "yes")
+	})
+	mux.HandleFunc("POST /close/json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusTooManyRequests)
+		w.Write([]byte(`{"overallCode":"OVER_LIMIT"}`))
+	})
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	for _, tt := range []struct {
+		path   string
+		wantOK bool
+	}{{"/chunked", true}, {"/close", false}} {
+		t.Run(tt.path, func(t *testing.T) {
+			out, err := runBenchArgs(t, "--transport", "http", "--target", hs.URL+tt.path,
+				"--concurrency", "2", "--duration", "200ms", "--warmup", "0s")
+			if err != nil {
+				t.Fatalf("bench: %v\n%s", err, out)
+			}
+			checks, over, errs := benchCounts(t, out)
+			if checks == 0 || errs != 0 || (over == 0) != tt.wantOK || (over == checks) == tt.wantOK {
+				t.Errorf("got %d checks (%d over_limit), %d errors; want all ok %v, no error:\n%s", checks, over, errs, tt.wantOK, out)
 			}
 		})
 	}
