@@ -55,6 +55,10 @@ var grpcConnWindow int64 = 1 << 24
 // reaches it is replaced.
 const grpcMaxStreamID = 1<<31 - 1
 
+// errGoAway ends a connection the server sent GOAWAY on, once its last
+// stream is done.
+var errGoAway = errors.New("server sent GOAWAY")
+
 // grpcLoad is what every connection of a gRPC run shares.
 type grpcLoad struct {
 	w      *window
@@ -165,13 +169,13 @@ type grpcConn struct {
 	streams      map[uint32]*grpcStream // in flight, by ID
 	free         []*grpcStream
 	nextID       uint32
-	maxStreams   uint32 // the server's SETTINGS_MAX_CONCURRENT_STREAMS
-	sendWindow   int64  // what the server lets this client send on the connection
-	streamWindow int64  // the server's initial window of a stream
-	unacked      int64  // DATA received since the last connection WINDOW_UPDATE
-	goingAway    bool   // the server sent GOAWAY: no new stream
-	cur          *grpcStream
-	scratch      grpcStream // where the header block of an untracked stream is decoded
+	maxStreams   uint32      // the server's SETTINGS_MAX_CONCURRENT_STREAMS
+	sendWindow   int64       // what the server lets this client send on the connection
+	streamWindow int64       // the server's initial window of a stream
+	unacked      int64       // DATA received since the last connection WINDOW_UPDATE
+	goingAway    bool        // the server sent GOAWAY: no new stream
+	cur          *grpcStream // the stream whose header block is being decoded
+	scratch      grpcStream  // where the header block of an untracked stream is decoded
 }
 
 // grpcStream is one check in flight.
@@ -184,7 +188,8 @@ type grpcStream struct {
 }
 
 // serve dials and runs the connection until the window ends (nil) or the
-// connection fails. The checks still in flight are then in c.streams.
+// connection fails or is done. The checks still in flight are then in
+// c.streams.
 func (c *grpcConn) serve() error {
 	w := c.load.w
 	d := net.Dialer{Timeout: benchDialTimeout}
@@ -254,8 +259,13 @@ func (c *grpcConn) loop() error {
 			c.idle--
 		}
 		if len(c.streams) == 0 {
-			if c.goingAway || c.nextID > grpcMaxStreamID {
-				return nil // done with this connection: the caller dials anew
+			if c.goingAway {
+				// Redialled after a pause, so that a server that sends
+				// GOAWAY at once is not spun on.
+				return errGoAway
+			}
+			if c.nextID > grpcMaxStreamID {
+				return nil // the caller dials anew
 			}
 			if len(c.paused) > 0 {
 				// Every caller here is pausing: nothing to read until one resumes.

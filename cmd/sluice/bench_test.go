@@ -210,19 +210,23 @@ func TestBenchGRPCFlowControl(t *testing.T) {
 
 // A server that goes away mid-run costs errors, not a hang or a crash.
 func TestBenchServerStops(t *testing.T) {
-	for _, transport := range []string{"grpc", "http"} {
-		t.Run(transport, func(t *testing.T) {
+	for _, tt := range []struct {
+		name, transport string
+		stop            func(target)
+	}{
+		{"grpc", "grpc", func(tg target) { tg.grpc.Stop() }},
+		// GOAWAY, the checks in flight finish, then the listener is gone.
+		{"grpc graceful", "grpc", func(tg target) { tg.grpc.GracefulStop() }},
+		{"http", "http", func(tg target) { tg.hs.CloseClientConnections(); tg.hs.Listener.Close() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			tg := benchTarget(t, benchRules)
 			addr := tg.grpcAddr
-			if transport == "http" {
+			if tt.transport == "http" {
 				addr = tg.httpURL
 			}
-			time.AfterFunc(300*time.Millisecond, func() {
-				tg.grpc.Stop()
-				tg.hs.CloseClientConnections()
-				tg.hs.Listener.Close()
-			})
-			out, err := runBenchArgs(t, "--transport", transport, "--target", addr, "--keys", "1000",
+			time.AfterFunc(300*time.Millisecond, func() { tt.stop(tg) })
+			out, err := runBenchArgs(t, "--transport", tt.transport, "--target", addr, "--keys", "1000",
 				"--concurrency", "8", "--duration", "1s", "--warmup", "0s")
 			if err != nil {
 				t.Fatalf("bench: %v\n%s", err, out)
