@@ -164,7 +164,7 @@ func checkTarget(cfg *benchConfig) error {
 // net.Conn with requests encoded once at start: gRPC as HTTP/2 frames
 // (bench_grpc.go), HTTP/1.1 as pre-built request bytes (bench_http.go).
 
-// Pauses that keep a failing target from being spun on.
+// Pauses that keep a failing target from being spun on, and timeouts.
 const (
 	benchErrorPause  = time.Millisecond       // a caller, after a failed check
 	benchRedialPause = 100 * time.Millisecond // a connection, after it failed

@@ -37,10 +37,12 @@ import (
 // header blocks (with one hpack.Decoder per connection, to keep the
 // server's dynamic table in sync), overall_code and grpc-status.
 //
-// Measured against grpc-go's client, which spends about as much CPU per
-// check as the server it loads (stream setup, goroutine hand-offs, proto
-// decoding, GC), this costs a fraction of it; see the report of the
-// commit that introduced it.
+// grpc-go's client, used before, spent about as much CPU per check as the
+// server it loaded (stream setup, goroutine hand-offs, proto decoding, GC):
+// 50-58 µs against a Sluice enforcer on 2 CPUs, where this transport
+// spends 7-10 µs at 64 and 256 callers (13-17 µs at 16, where fewer
+// responses share a read). It allocates little, so GC is left at its
+// default.
 
 // grpcStreamWindow is the flow-control window this client grants each
 // stream. A response is small, so a stream never comes near it.
