@@ -1,27 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
-
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Bounds of sluice bench: a capacity-planning tool, not a flood.
@@ -166,159 +157,118 @@ func checkTarget(cfg *benchConfig) error {
 	return fmt.Errorf("bench: target host %q is not a loopback address; pass --allow-remote to load another machine", host)
 }
 
-// checker makes one check; ok reports OK (false: OVER_LIMIT).
-type checker func(ctx context.Context, value int) (ok bool, err error)
+// Transports and their per-check cost. `sluice bench` shares the machine
+// with the server it measures (and often with Redis), so every microsecond
+// of CPU it spends per check is taken from the server and distorts the
+// figures. Both transports therefore speak their protocol directly over a
+// net.Conn with requests encoded once at start: gRPC as HTTP/2 frames
+// (bench_grpc.go), HTTP/1.1 as pre-built request bytes (bench_http.go).
+
+// Pauses that keep a failing target from being spun on, and timeouts.
+const (
+	benchErrorPause  = time.Millisecond       // a caller, after a failed check
+	benchRedialPause = 100 * time.Millisecond // a connection, after it failed
+	benchDialTimeout = 5 * time.Second
+	benchCallTimeout = 10 * time.Second // a check, or a silent gRPC connection
+)
+
+// window is the measured window of a run and the tally of its checks.
+// Callers stop starting checks at end; a check still in flight then is
+// not counted, nor is one started during the warm-up, so the window holds
+// only whole checks.
+type window struct {
+	ctx              context.Context
+	measureFrom, end time.Time
+	ok, over, errs   atomic.Int64
+	firstErr         atomic.Pointer[error]
+	mu               sync.Mutex
+	latencies        []time.Duration
+}
+
+// add records a check started at t0 and finished at done in a caller's
+// latencies; allowed reports OK (false: OVER_LIMIT).
+func (w *window) add(lat *[]time.Duration, t0, done time.Time, allowed bool, err error) {
+	if t0.Before(w.measureFrom) || done.After(w.end) || w.ctx.Err() != nil {
+		return // warm-up, past the window or interrupted: not a result
+	}
+	switch {
+	case err != nil:
+		w.errs.Add(1)
+		w.firstErr.CompareAndSwap(nil, &err)
+		return
+	case allowed:
+		w.ok.Add(1)
+	default:
+		w.over.Add(1)
+	}
+	*lat = append(*lat, done.Sub(t0))
+}
+
+// merge adds a caller's latencies to the run's.
+func (w *window) merge(lat []time.Duration) {
+	w.mu.Lock()
+	w.latencies = append(w.latencies, lat...)
+	w.mu.Unlock()
+}
+
+// done reports whether the window has ended (or the run was interrupted).
+func (w *window) done(now time.Time) bool { return !now.Before(w.end) || w.ctx.Err() != nil }
 
 // bench runs the load and collects the results of the measured window.
 func bench(ctx context.Context, cfg benchConfig) (benchResult, error) {
-	check, closeFn, err := newChecker(cfg)
+	start := time.Now()
+	w := &window{ctx: ctx, measureFrom: start.Add(cfg.warmup)}
+	w.end = w.measureFrom.Add(cfg.duration)
+	var err error
+	switch cfg.transport {
+	case "grpc":
+		err = benchGRPC(cfg, w)
+	case "http":
+		err = benchHTTP(cfg, w)
+	default:
+		err = fmt.Errorf("bench: unknown transport %q", cfg.transport)
+	}
 	if err != nil {
 		return benchResult{}, err
 	}
-	defer closeFn()
-
-	// Callers stop starting checks at end; a check still in flight then
-	// finishes but is not counted, so the window holds only whole checks.
-	start := time.Now()
-	measureFrom := start.Add(cfg.warmup)
-	end := measureFrom.Add(cfg.duration)
-
-	var (
-		ok, over, errs atomic.Int64
-		firstErr       atomic.Pointer[error]
-		wg             sync.WaitGroup
-		mu             sync.Mutex
-		all            []time.Duration
-	)
-	for w := range cfg.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
-			lat := make([]time.Duration, 0, 4096)
-			for ctx.Err() == nil {
-				v := 0
-				if cfg.keys > 1 {
-					v = rng.IntN(cfg.keys)
-				}
-				t0 := time.Now()
-				if !t0.Before(end) {
-					break
-				}
-				allowed, err := check(ctx, v)
-				done := time.Now()
-				took := done.Sub(t0)
-				if ctx.Err() != nil || done.After(end) {
-					break // interrupted, or past the window: not a result
-				}
-				if t0.Before(measureFrom) {
-					continue
-				}
-				switch {
-				case err != nil:
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, &err)
-					// An erroring target must not be spun on.
-					time.Sleep(time.Millisecond)
-					continue
-				case allowed:
-					ok.Add(1)
-				default:
-					over.Add(1)
-				}
-				lat = append(lat, took)
-			}
-			mu.Lock()
-			all = append(all, lat...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	elapsed := min(time.Since(measureFrom), cfg.duration)
-	slices.Sort(all)
-	res := benchResult{elapsed: elapsed, ok: ok.Load(), overLimit: over.Load(), errs: errs.Load(), latencies: all}
-	if e := firstErr.Load(); e != nil {
+	elapsed := min(time.Since(w.measureFrom), cfg.duration)
+	slices.Sort(w.latencies)
+	res := benchResult{elapsed: elapsed, ok: w.ok.Load(), overLimit: w.over.Load(), errs: w.errs.Load(), latencies: w.latencies}
+	if e := w.firstErr.Load(); e != nil {
 		res.firstErr = *e
 	}
 	return res, nil
 }
 
-func newChecker(cfg benchConfig) (checker, func(), error) {
-	values := make([]string, cfg.keys)
+// benchValues are the descriptor values of the keys: k0, k1, ...
+func benchValues(n int) []string {
+	values := make([]string, n)
 	for i := range values {
 		values[i] = "k" + strconv.Itoa(i)
 	}
-	switch cfg.transport {
-	case "grpc":
-		conns := make([]rlsv3.RateLimitServiceClient, cfg.connections)
-		var closers []io.Closer
-		for i := range conns {
-			cc, err := grpc.NewClient(cfg.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				return nil, nil, fmt.Errorf("bench: grpc client: %w", err)
-			}
-			closers = append(closers, cc)
-			conns[i] = rlsv3.NewRateLimitServiceClient(cc)
-		}
-		reqs := make([]*rlsv3.RateLimitRequest, cfg.keys)
-		for i, v := range values {
-			reqs[i] = &rlsv3.RateLimitRequest{
-				Domain:      cfg.domain,
-				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: cfg.key, Value: v}}}},
-				HitsAddend:  uint32(cfg.hits),
-			}
-		}
-		var next atomic.Uint64
-		return func(ctx context.Context, v int) (bool, error) {
-				c := conns[next.Add(1)%uint64(len(conns))]
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				resp, err := c.ShouldRateLimit(cctx, reqs[v])
-				cancel()
-				if err != nil {
-					return false, err
-				}
-				return resp.OverallCode == rlsv3.RateLimitResponse_OK, nil
-			}, func() {
-				for _, c := range closers {
-					c.Close()
-				}
-			}, nil
-	case "http":
-		endpoint := strings.TrimSuffix(cfg.target, "/") + "/json"
-		bodies := make([][]byte, cfg.keys)
-		for i, v := range values {
-			bodies[i] = fmt.Appendf(nil, `{"domain":%q,"descriptors":[{"entries":[{"key":%q,"value":%q}]}],"hitsAddend":%d}`,
-				cfg.domain, cfg.key, v, cfg.hits)
-		}
-		tr := &http.Transport{
-			MaxIdleConns:        cfg.concurrency,
-			MaxIdleConnsPerHost: cfg.concurrency,
-			IdleConnTimeout:     30 * time.Second,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		}
-		client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-		return func(ctx context.Context, v int) (bool, error) {
-			req, err := http.NewRequestWithContext(ctx, "POST", endpoint, bytes.NewReader(bodies[v]))
-			if err != nil {
-				return false, err
-			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := client.Do(req)
-			if err != nil {
-				return false, err
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			switch resp.StatusCode {
-			case http.StatusOK:
-				return true, nil
-			case http.StatusTooManyRequests:
-				return false, nil
-			}
-			return false, errors.New("HTTP " + resp.Status)
-		}, tr.CloseIdleConnections, nil
+	return values
+}
+
+// pickKey draws a key uniformly.
+func pickKey(rng *rand.Rand, keys int) int {
+	if keys == 1 {
+		return 0
 	}
-	return nil, nil, fmt.Errorf("bench: unknown transport %q", cfg.transport)
+	return rng.IntN(keys)
+}
+
+// sleepUntil sleeps until t or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+	case <-ctx.Done():
+	}
 }
 
 func printBench(w io.Writer, r benchResult) {
@@ -340,4 +290,12 @@ func printBench(w io.Writer, r benchResult) {
 
 func fmtLatency(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64) + " ms"
+}
+
+// earlier returns the earlier of two times.
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

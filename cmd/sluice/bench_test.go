@@ -4,11 +4,18 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/enforcer/checkserver"
 	"github.com/sluicehq/sluice/enforcer/engine"
@@ -17,9 +24,18 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// benchTarget serves a real check server (HTTP and gRPC) on loopback with a
-// "bench" domain of 50 checks per minute per key.
-func benchTarget(t *testing.T) (httpURL, grpcAddr string) {
+// benchRules is the "bench" domain of 50 checks per minute per key.
+const benchRules = "domain: bench\ndescriptors:\n  - key: key\n    rate_limit: {unit: minute, requests_per_unit: 50}\n"
+
+// target is a real check server (HTTP and gRPC) on loopback.
+type target struct {
+	httpURL, grpcAddr string
+	hs                *httptest.Server
+	grpc              *grpc.Server
+}
+
+// benchTarget serves a real check server of the rules in yaml on loopback.
+func benchTarget(t *testing.T, yaml string, opts ...grpc.ServerOption) target {
 	t.Helper()
 	client, err := limiter.NewClient(testenv.RedisURL(t))
 	if err != nil {
@@ -27,7 +43,7 @@ func benchTarget(t *testing.T) (httpURL, grpcAddr string) {
 	}
 	t.Cleanup(func() { client.Close() })
 	eng := engine.New(limiter.NewRedis(client), testenv.KeyPrefix(t))
-	d, err := rules.Parse("bench.yaml", []byte("domain: bench\ndescriptors:\n  - key: key\n    rate_limit: {unit: minute, requests_per_unit: 50}\n"))
+	d, err := rules.Parse("bench.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +58,7 @@ func benchTarget(t *testing.T) (httpURL, grpcAddr string) {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	srv.RegisterGRPC(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,27 +66,213 @@ func benchTarget(t *testing.T) (httpURL, grpcAddr string) {
 	}
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)
-	return hs.URL, ln.Addr().String()
+	return target{httpURL: hs.URL, grpcAddr: ln.Addr().String(), hs: hs, grpc: g}
+}
+
+// runBenchArgs runs `sluice bench` with args and returns its output.
+func runBenchArgs(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), append([]string{"bench"}, args...), func(string) string { return "" }, &out, &errOut)
+	return out.String() + errOut.String(), err
+}
+
+// benchCounts reads checks, over_limit and errors from bench's output.
+func benchCounts(t *testing.T, out string) (checks, overLimit, errs int) {
+	t.Helper()
+	var ok int
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 6 && f[0] == "checks":
+			checks, _ = strconv.Atoi(f[1])
+			ok, _ = strconv.Atoi(strings.TrimSuffix(f[3], ","))
+			overLimit, _ = strconv.Atoi(strings.TrimSuffix(f[5], ")"))
+			if ok+overLimit != checks {
+				t.Fatalf("checks line does not add up: %q", line)
+			}
+		case len(f) == 2 && f[0] == "errors":
+			errs, _ = strconv.Atoi(f[1])
+		}
+	}
+	return checks, overLimit, errs
 }
 
 func TestBench(t *testing.T) {
-	httpURL, grpcAddr := benchTarget(t)
-	for _, tt := range []struct{ transport, target string }{{"grpc", grpcAddr}, {"http", httpURL}} {
-		t.Run(tt.transport, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			err := run(context.Background(), []string{"bench", "--transport", tt.transport, "--target", tt.target,
-				"--concurrency", "4", "--keys", "3", "--duration", "300ms", "--warmup", "0s"}, func(string) string { return "" }, &out, &errOut)
-			if err != nil {
-				t.Fatalf("bench: %v\n%s%s", err, out.String(), errOut.String())
+	for _, transport := range []string{"grpc", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			tg := benchTarget(t, benchRules) // a fresh quota
+			addr := tg.grpcAddr
+			if transport == "http" {
+				addr = tg.httpURL
 			}
-			for _, want := range []string{"checks/s", "p50", "p90", "p99", "errors    0", "over_limit"} {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("output lacks %q:\n%s", want, out.String())
+			out, err := runBenchArgs(t, "--transport", transport, "--target", addr,
+				"--concurrency", "4", "--keys", "3", "--duration", "300ms", "--warmup", "0s")
+			if err != nil {
+				t.Fatalf("bench: %v\n%s", err, out)
+			}
+			for _, want := range []string{"checks/s", "p50", "p90", "p99", "max", "errors    0", "over_limit"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
 				}
 			}
 			// 3 keys of 50/min: the run outlasts the quota, so both codes show.
-			if strings.Contains(out.String(), "over_limit 0)") {
-				t.Errorf("no check was over limit after 3 keys × 50 were used up:\n%s", out.String())
+			checks, over, _ := benchCounts(t, out)
+			if over == 0 || over == checks {
+				t.Errorf("want both ok and over_limit after 3 keys × 50 were used up:\n%s", out)
+			}
+		})
+	}
+}
+
+// A check the server refuses is an error: counted, the first one printed,
+// and a run without any success fails.
+func TestBenchCountsRefusedChecks(t *testing.T) {
+	tg := benchTarget(t, benchRules)
+	for _, tt := range []struct{ transport, target, want string }{
+		{"grpc", tg.grpcAddr, "first error: rpc error: code = InvalidArgument desc = invalid rate limit request: domain must not be empty"},
+		{"http", tg.httpURL, "first error: HTTP 400 Bad Request"},
+	} {
+		t.Run(tt.transport, func(t *testing.T) {
+			out, err := runBenchArgs(t, "--transport", tt.transport, "--target", tt.target, "--domain", "",
+				"--concurrency", "4", "--duration", "200ms", "--warmup", "0s")
+			if err == nil {
+				t.Errorf("bench succeeded without a single check:\n%s", out)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("output lacks %q:\n%s", tt.want, out)
+			}
+			if checks, _, errs := benchCounts(t, out); checks != 0 || errs == 0 {
+				t.Errorf("got %d checks, %d errors; want 0 and some:\n%s", checks, errs, out)
+			}
+		})
+	}
+}
+
+// More callers than the server's MAX_CONCURRENT_STREAMS on one connection:
+// the extra checks wait for a stream instead of being refused.
+func TestBenchGRPCHonoursMaxConcurrentStreams(t *testing.T) {
+	tg := benchTarget(t, benchRules, grpc.MaxConcurrentStreams(2))
+	out, err := runBenchArgs(t, "--target", tg.grpcAddr, "--connections", "1", "--concurrency", "16",
+		"--keys", "1000", "--duration", "300ms", "--warmup", "0s")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	if _, _, errs := benchCounts(t, out); errs != 0 {
+		t.Errorf("got %d errors, want 0:\n%s", errs, out)
+	}
+}
+
+// Enough checks on one connection that requests and responses each cross
+// the 64 KiB HTTP/2 flow-control windows several times: the client must
+// wait for and grant WINDOW_UPDATEs, or the connection stalls or fails.
+func TestBenchGRPCFlowControl(t *testing.T) {
+	// Long descriptor keys and limit names make big requests and responses,
+	// so few checks cross the windows.
+	key, name := strings.Repeat("k", 3000), strings.Repeat("n", 3000)
+	tg := benchTarget(t, "domain: bench\ndescriptors:\n  - key: "+key+"\n    rate_limit: {unit: second, requests_per_unit: 100000000, name: "+name+"}\n",
+		// Fixed 64 KiB windows (no BDP growth): the client waits for each
+		// WINDOW_UPDATE. (grpc-go does not enforce its connection window, so
+		// a client that ignored it would go unnoticed here.)
+		grpc.InitialConnWindowSize(64<<10), grpc.InitialWindowSize(64<<10))
+	// The client grants the server no more than the default window, so it
+	// has to top it up.
+	defer func(w int64) { grpcConnWindow = w }(grpcConnWindow)
+	grpcConnWindow = 65535
+
+	// Sizes of one request and one response, from grpc-go's client.
+	cc, err := grpc.NewClient(tg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	req := &rlsv3.RateLimitRequest{Domain: "bench", HitsAddend: 1,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: "k0"}}}}}
+	resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smaller := min(proto.Size(req), proto.Size(resp))
+
+	out, err := runBenchArgs(t, "--target", tg.grpcAddr, "--key", key, "--connections", "1", "--concurrency", "64",
+		"--duration", "1s", "--warmup", "0s")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	checks, _, errs := benchCounts(t, out)
+	if errs != 0 {
+		t.Errorf("got %d errors, want 0:\n%s", errs, out)
+	}
+	if want := 4 * 65535 / smaller; checks < want {
+		t.Errorf("got %d checks of ≥ %d bytes each way, want ≥ %d (4 windows):\n%s", checks, smaller, want, out)
+	}
+}
+
+// A server that goes away mid-run costs errors, not a hang or a crash.
+func TestBenchServerStops(t *testing.T) {
+	for _, tt := range []struct {
+		name, transport string
+		stop            func(target)
+	}{
+		{"grpc", "grpc", func(tg target) { tg.grpc.Stop() }},
+		// GOAWAY, the checks in flight finish, then the listener is gone.
+		{"grpc graceful", "grpc", func(tg target) { tg.grpc.GracefulStop() }},
+		{"http", "http", func(tg target) { tg.hs.CloseClientConnections(); tg.hs.Listener.Close() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tg := benchTarget(t, benchRules)
+			addr := tg.grpcAddr
+			if tt.transport == "http" {
+				addr = tg.httpURL
+			}
+			time.AfterFunc(300*time.Millisecond, func() { tt.stop(tg) })
+			out, err := runBenchArgs(t, "--transport", tt.transport, "--target", addr, "--keys", "1000",
+				"--concurrency", "8", "--duration", "1s", "--warmup", "0s")
+			if err != nil {
+				t.Fatalf("bench: %v\n%s", err, out)
+			}
+			if checks, _, errs := benchCounts(t, out); checks == 0 || errs == 0 {
+				t.Errorf("got %d checks, %d errors; want some of both:\n%s", checks, errs, out)
+			}
+			if !strings.Contains(out, "first error: ") {
+				t.Errorf("output lacks the first error:\n%s", out)
+			}
+		})
+	}
+}
+
+// The HTTP transport reads the framings net/http's server writes: a
+// chunked body (with trailers), and a response after which the server
+// closes the connection.
+func TestBenchHTTPFramings(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /chunked/json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Done")
+		w.Write([]byte(`{"overallCode":`))
+		w.(http.Flusher).Flush()
+		w.Write([]byte(`"OK"}`))
+		w.Header().Set("X-Done", "yes")
+	})
+	mux.HandleFunc("POST /close/json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusTooManyRequests)
+		w.Write([]byte(`{"overallCode":"OVER_LIMIT"}`))
+	})
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	for _, tt := range []struct {
+		path   string
+		wantOK bool
+	}{{"/chunked", true}, {"/close", false}} {
+		t.Run(tt.path, func(t *testing.T) {
+			out, err := runBenchArgs(t, "--transport", "http", "--target", hs.URL+tt.path,
+				"--concurrency", "2", "--duration", "200ms", "--warmup", "0s")
+			if err != nil {
+				t.Fatalf("bench: %v\n%s", err, out)
+			}
+			checks, over, errs := benchCounts(t, out)
+			if checks == 0 || errs != 0 || (over == 0) != tt.wantOK || (over == checks) == tt.wantOK {
+				t.Errorf("got %d checks (%d over_limit), %d errors; want all ok %v, no error:\n%s", checks, over, errs, tt.wantOK, out)
 			}
 		})
 	}
