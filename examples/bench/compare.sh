@@ -17,7 +17,10 @@
 # so `sluice bench`, which checks every answer, stays the reference for the
 # undecided column. H2LOAD= (empty) skips it.
 #
-# Prints one markdown row per configuration with the median of ROUNDS runs.
+# Prints one markdown row per configuration with the median of ROUNDS runs,
+# including the CPU time the server and Redis spent per check during the
+# measured window (from /proc, so Linux only): unlike checks/s, it hardly
+# depends on what else the machine is doing.
 set -euo pipefail
 
 SLUICE=${SLUICE:-}
@@ -59,6 +62,7 @@ wait_for() { # url
 
 redis-server --port "$RP" --bind 127.0.0.1 --save "" --appendonly no --loglevel warning --dir "$work" >/dev/null &
 pids+=($!)
+REDIS_PID=$!
 for _ in $(seq 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
 # A limit no run reaches. Sluice's copy fails closed, so a check Redis did
@@ -97,6 +101,7 @@ PY
 	--redis-url "redis://127.0.0.1:$RP/0" --listen "127.0.0.1:$HP" --grpc-listen "127.0.0.1:$GP" \
 	--state-dir "$work/state" --log-level error 2>/dev/null &
 pids+=($!)
+SLUICE_PID=$!
 wait_for "http://127.0.0.1:$HP/readyz"
 
 if [[ -n $LYFT_BIN ]]; then
@@ -105,13 +110,38 @@ if [[ -n $LYFT_BIN ]]; then
 		HOST=127.0.0.1 PORT="$LHP" GRPC_HOST=127.0.0.1 GRPC_PORT="$LGP" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$LDP" \
 		"$LYFT_BIN" >/dev/null 2>&1 &
 	pids+=($!)
+	LYFT_PID=$!
 	wait_for "http://127.0.0.1:$LHP/healthcheck"
 fi
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# once TARGET TRANSPORT KEYS C → "checks/s p50 p99 undecided%" of one run
-once() {
+# ticks PID: the CPU time (user + system) PID has used, in clock ticks.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
+
+# measure SERVER_PID CMD...: runs CMD (a load that prints "checks/s p50 p99
+# undecided% checks") and prints its first four figures and the CPU µs per
+# check of the server and of Redis in its measured window, which starts
+# WARMUP after CMD does.
+measure() {
+	local pid=$1
+	shift
+	(sleep "$WARMUP" && echo "$(ticks "$pid") $(ticks "$REDIS_PID")" >"$work/t0") &
+	local bg=$! out
+	out=$("$@") || return 1
+	wait "$bg"
+	local s0 r0
+	read -r s0 r0 <"$work/t0"
+	awk -v o="$out" -v s="$(($(ticks "$pid") - s0))" -v r="$(($(ticks "$REDIS_PID") - r0))" -v hz="$HZ" 'BEGIN {
+		split(o, f, " "); n = f[5] > 0 ? f[5] : 1
+		printf "%s %s %s %s %.1f %.1f\n", f[1], f[2], f[3], f[4], s * 1e6 / hz / n, r * 1e6 / hz / n
+	}'
+}
+
+# bench TARGET TRANSPORT KEYS C → "checks/s p50 p99 undecided% checks" of
+# one `sluice bench` run.
+bench() {
 	local res
 	if ! res=$("$SLUICE" bench --transport "$2" --target "$1" --keys "$3" --concurrency "$4" \
 		--duration "$DUR" --warmup "$WARMUP" --key key --domain bench 2>&1); then
@@ -121,12 +151,12 @@ once() {
 	# Undecided: not decided by Redis — errors (Lyft) and over_limit
 	# (Sluice, failing closed), in % of the checks answered.
 	awk '/^checks\/s/ {r=$2} /^p50/ {a=$2} /^p99/ {b=$2} /^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6}
-		END {printf "%s %s %s %.1f\n", r, a, b, n+e ? 100*(e+o)/(n+e) : 0}' <<<"$res"
+		END {printf "%s %s %s %.1f %d\n", r, a, b, n+e ? 100*(e+o)/(n+e) : 0, n}' <<<"$res"
 }
 
-# once_h2 BASE_URL TRANSPORT C → "checks/s p50 p99 non-200%" of one h2load
-# run (gRPC: C streams over 4 connections; HTTP/1.1: C connections).
-once_h2() {
+# h2 BASE_URL TRANSPORT C → "checks/s p50 p99 non-200% checks" of one
+# h2load run (gRPC: C streams over 4 connections; HTTP/1.1: C connections).
+h2() {
 	local args conns
 	if [[ $2 == grpc ]]; then
 		conns=$(($3 < 4 ? $3 : 4))
@@ -142,13 +172,11 @@ once_h2() {
 	}
 	local rate
 	rate=$(awk '/^finished in/ {print $4}' "$work/h2.out")
-	# The log also holds the warm-up's requests: keep those that started
-	# after it (column 1: start, µs; 2: HTTP status; 3: duration, µs).
-	local w
-	w=$(awk -v d="$WARMUP" 'BEGIN {if (d ~ /ms$/) print d * 1000; else print d * 1000000}')
-	sort -n "$work/h2.log" | awk -v w="$w" 'NR == 1 {t0 = $1} $1 >= t0 + w {print $3, ($2 == 200 ? 0 : 1)}' | sort -n |
+	# The log holds the measured window's requests (column 2: HTTP status;
+	# 3: µs until the end of the response).
+	awk '{print $3, ($2 == 200 ? 0 : 1)}' "$work/h2.log" | sort -n |
 		awk -v r="$rate" '{d[++n] = $1; bad += $2}
-			END {printf "%.0f %.3f %.3f %.1f\n", r, d[int((n + 1) * 0.5)] / 1000, d[int(n * 0.99)] / 1000, n ? 100 * bad / n : 0}'
+			END {printf "%.0f %.3f %.3f %.1f %d\n", r, d[int((n + 1) * 0.5)] / 1000, d[int(n * 0.99)] / 1000, n ? 100 * bad / n : 0, n}'
 }
 
 # col N: the median of column N of stdin
@@ -162,49 +190,47 @@ for c in $CONCURRENCY; do
 	eval_=$(redis-benchmark -p "$RP" -c "$c" -n 200000 -q evalsha "$(cat "$work/sha")" 1 bench:k | tr '\r' '\n' | sed -nE 's/.*: ([0-9.]+) requests per second.*/\1/p')
 	echo "| $c | $incr | $eval_ |"
 done
-echo
 
-# Rounds alternate between the servers, so both see the same machine.
-echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % | checks/s ratio |"
-echo "|---|---|---|---|---|---|---|---|---|"
-for tr in $TRANSPORTS; do
-	for k in $KEYS; do
-		for c in $CONCURRENCY; do
-			if [[ $tr == grpc ]]; then t="127.0.0.1:$GP"; lt="127.0.0.1:$LGP"; else t="http://127.0.0.1:$HP"; lt="http://127.0.0.1:$LHP"; fi
-			: >"$work/s"; : >"$work/l"
-			for _ in $(seq "$ROUNDS"); do
-				once "$t" "$tr" "$k" "$c" >>"$work/s"
-				if [[ -n $LYFT_BIN ]]; then once "$lt" "$tr" "$k" "$c" >>"$work/l"; fi
+# table LOAD KEYS_LIST: one row per transport, key count and caller count,
+# each the median of ROUNDS runs; the servers alternate run by run, so both
+# see the same minutes of the machine.
+table() {
+	local load=$1 keys=$2 tr k c t lt sr lr
+	echo
+	echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % | server CPU µs/check | Redis CPU µs/check | Sluice ÷ Lyft |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
+	for tr in $TRANSPORTS; do
+		for k in $keys; do
+			for c in $CONCURRENCY; do
+				if [[ $tr == grpc ]]; then t="127.0.0.1:$GP" lt="127.0.0.1:$LGP"; else t="http://127.0.0.1:$HP" lt="http://127.0.0.1:$LHP"; fi
+				if [[ $load == h2 ]]; then t="http://${t#http://}" lt="http://${lt#http://}"; fi
+				: >"$work/s"
+				: >"$work/l"
+				for _ in $(seq "$ROUNDS"); do
+					if [[ $load == h2 ]]; then
+						measure "$SLUICE_PID" h2 "$t" "$tr" "$c" >>"$work/s"
+						if [[ -n $LYFT_BIN ]]; then measure "$LYFT_PID" h2 "$lt" "$tr" "$c" >>"$work/l"; fi
+					else
+						measure "$SLUICE_PID" bench "$t" "$tr" "$k" "$c" >>"$work/s"
+						if [[ -n $LYFT_BIN ]]; then measure "$LYFT_PID" bench "$lt" "$tr" "$k" "$c" >>"$work/l"; fi
+					fi
+				done
+				sr=$(col 1 <"$work/s")
+				echo "| sluice | $tr | $k | $c | $sr | $(col 2 <"$work/s") | $(col 3 <"$work/s") | $(col 4 <"$work/s") | $(col 5 <"$work/s") | $(col 6 <"$work/s") | |"
+				if [[ -n $LYFT_BIN ]]; then
+					lr=$(col 1 <"$work/l")
+					echo "| envoyproxy/ratelimit | $tr | $k | $c | $lr | $(col 2 <"$work/l") | $(col 3 <"$work/l") | $(col 4 <"$work/l") | $(col 5 <"$work/l") | $(col 6 <"$work/l") | $(awk -v a="$sr" -v b="$lr" 'BEGIN {printf "%.2f", a/b}') |"
+				fi
 			done
-			sr=$(col 1 <"$work/s")
-			echo "| sluice | $tr | $k | $c | $sr | $(col 2 <"$work/s") | $(col 3 <"$work/s") | $(col 4 <"$work/s") | |"
-			if [[ -n $LYFT_BIN ]]; then
-				lr=$(col 1 <"$work/l")
-				echo "| envoyproxy/ratelimit | $tr | $k | $c | $lr | $(col 2 <"$work/l") | $(col 3 <"$work/l") | $(col 4 <"$work/l") | sluice ÷ lyft = $(awk -v a="$sr" -v b="$lr" 'BEGIN {printf "%.2f", a/b}') |"
-			fi
 		done
 	done
-done
+}
 
-[[ -n $H2LOAD ]] || exit 0
 echo
-echo "h2load, 1 key (non-200 % in the undecided column):"
-echo
-echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % | checks/s ratio |"
-echo "|---|---|---|---|---|---|---|---|---|"
-for tr in $TRANSPORTS; do
-	for c in $CONCURRENCY; do
-		if [[ $tr == grpc ]]; then t="http://127.0.0.1:$GP"; lt="http://127.0.0.1:$LGP"; else t="http://127.0.0.1:$HP"; lt="http://127.0.0.1:$LHP"; fi
-		: >"$work/s"; : >"$work/l"
-		for _ in $(seq "$ROUNDS"); do
-			once_h2 "$t" "$tr" "$c" >>"$work/s"
-			if [[ -n $LYFT_BIN ]]; then once_h2 "$lt" "$tr" "$c" >>"$work/l"; fi
-		done
-		sr=$(col 1 <"$work/s")
-		echo "| sluice | $tr | 1 | $c | $sr | $(col 2 <"$work/s") | $(col 3 <"$work/s") | $(col 4 <"$work/s") | |"
-		if [[ -n $LYFT_BIN ]]; then
-			lr=$(col 1 <"$work/l")
-			echo "| envoyproxy/ratelimit | $tr | 1 | $c | $lr | $(col 2 <"$work/l") | $(col 3 <"$work/l") | $(col 4 <"$work/l") | sluice ÷ lyft = $(awk -v a="$sr" -v b="$lr" 'BEGIN {printf "%.2f", a/b}') |"
-		fi
-	done
-done
+echo "sluice bench:"
+table bench "$KEYS"
+if [[ -n $H2LOAD ]]; then
+	echo
+	echo "h2load, 1 key (undecided: non-200 answers):"
+	table h2 1
+fi
