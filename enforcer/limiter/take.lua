@@ -6,7 +6,8 @@
 -- its own.
 --
 -- Every algorithm chunk returns a table of three functions:
---   load(key, now, period)  reads the key's state from Redis into a table;
+--   load(key, now, period)  reads the key's state from Redis: any value but
+--       nil (a number for the buckets, a table for the windows);
 --   decide(key, st, now, limit, period, cap, hits, cal, max_delay, force)
 --       decides one request against state st, never modifying st, and
 --       returns eight values:
@@ -21,6 +22,12 @@
 --   store(key, st, now, period)  writes state st back, with a TTL.
 -- Nothing is written until every Take of the call is decided, and each dirty
 -- key is written once.
+--
+-- The body runs on every call, so it avoids what costs there (measured in
+-- Redis 7.0): tonumber of an argument (~0.1-0.25 µs: strtod) is memoized,
+-- since a call repeats the same few values; a Take of one request (nearly
+-- all) skips the scratch array several requests need; no table is made per
+-- request; library functions are locals.
 --
 -- KEYS       one state key per request, in order (a key may repeat).
 -- ARGV[1]    "" to take the time from Redis TIME; otherwise a time in µs that
@@ -50,16 +57,19 @@ if redis.replicate_commands then
 	redis.replicate_commands()
 end
 
+local KEYS, ARGV, tonumber, floor, ceil = KEYS, ARGV, tonumber, math.floor, math.ceil
 local MAX_US = 9000000000000000 -- ~285 years: fits int64 ns in Go and a double exactly
 
-local function clamp(x, lo, hi)
-	if x ~= x or x < lo then -- x ~= x: NaN
-		return lo
+-- num[s] is tonumber(s), for arguments seen before in this call.
+local num = { ["0"] = 0, ["1"] = 1 }
+
+local function number(s)
+	local v = num[s]
+	if v == nil then
+		v = tonumber(s)
+		num[s] = v
 	end
-	if x > hi then
-		return hi
-	end
-	return x
+	return v
 end
 
 local now
@@ -75,18 +85,18 @@ local nlimits = tonumber(ARGV[2])
 local L_alg, L_limit, L_period, L_cap, L_cal, L_md = {}, {}, {}, {}, {}, {}
 local a = 3
 for j = 1, nlimits do
-	local alg = algorithms[ARGV[a]]
+	local alg = algorithm(ARGV[a])
 	if alg == nil then
 		return redis.error_reply("ERR sluice limiter: unknown algorithm " .. tostring(ARGV[a]))
 	end
 	L_alg[j], L_limit[j], L_period[j], L_cap[j], L_cal[j], L_md[j] =
-		alg, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+		alg, number(ARGV[a + 1]), number(ARGV[a + 2]), number(ARGV[a + 3]), number(ARGV[a + 4]), number(ARGV[a + 5])
 	a = a + 6
 end
 
 local states = {} -- key → committed state (loaded, or changed by an earlier Take)
-local dirty = {}  -- key → {algorithm, period} of the last committed change
-local order = {}  -- dirty keys in first-change order, so writes are deterministic
+local dirty = {}  -- key → the limit number of the last committed change
+local order, norder = {}, 0 -- dirty keys in first-change order, so writes are deterministic
 local out, n = {}, 0
 
 -- The current Take's requests, RS values each at R[(i-1)*RS + 1..RS]; reused.
@@ -97,90 +107,171 @@ local k = 1
 local nargv = #ARGV
 while a <= nargv do
 	local mode = ARGV[a]
-	local count = tonumber(ARGV[a + 1])
+	local cs = ARGV[a + 1]
 	a = a + 2
 	local force = mode == "f"
-	-- key → state after this Take's earlier requests; only a Take of several
-	-- requests can name a key twice.
-	local tentative
-	if count > 1 then
-		tentative = {}
-	end
-	local all = true
-	for i = 1, count do
+	if cs == "1" then
+		-- One request: what the general loop below does, without its
+		-- scratch array (it commits iff the request is allowed, or forced).
 		local key = KEYS[k]
-		local j, hits = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+		local js, hs = ARGV[a], ARGV[a + 1]
+		local j, hits = num[js], num[hs]
+		if j == nil then
+			j = number(js)
+		end
+		if hits == nil then
+			hits = number(hs)
+		end
 		k, a = k + 1, a + 2
-		local alg, period = L_alg[j], L_period[j]
-		local st
-		if tentative then
-			st = tentative[key]
-		end
-		local dup = st ~= nil
+		local alg, period, cap = L_alg[j], L_period[j], L_cap[j]
+		local st = states[key]
 		if st == nil then
-			st = states[key]
-			if st == nil then
-				st = alg.load(key, now, period)
-				states[key] = st
-			end
+			st = alg.load(key, now, period)
+			states[key] = st
 		end
-		local allowed, retry, delay, rem0, reset0, state, rem, reset =
-			alg.decide(key, st, now, L_limit[j], period, L_cap[j], hits, L_cal[j], L_md[j], force)
-		if state ~= nil and tentative then
-			tentative[key] = state
-		end
-		if not allowed then
-			all = false
-		end
-		local b = (i - 1) * RS
-		R[b + 1], R[b + 2], R[b + 3], R[b + 4], R[b + 5], R[b + 6] = key, j, allowed, retry, delay, rem0
-		R[b + 7], R[b + 8], R[b + 9], R[b + 10], R[b + 11] = reset0, state or false, rem, reset, dup
-	end
-
-	local commit = force or (mode == "t" and all)
-	for i = 1, count do
-		local b = (i - 1) * RS
-		local key, j = R[b + 1], R[b + 2]
-		local allowed, remaining, reset, retry, delay = 1, R[b + 9], R[b + 10], 0, R[b + 5]
-		if commit then
-			local state = R[b + 8]
-			if state then
+		local allowed, retry, delay, rem0, reset0, state, remaining, reset =
+			alg.decide(key, st, now, L_limit[j], period, cap, hits, L_cal[j], L_md[j], force)
+		local ok = 1
+		if force or (mode == "t" and allowed) then
+			if state ~= nil then
 				states[key] = state
-				local d = dirty[key]
-				if d == nil then
-					order[#order + 1] = key
-					dirty[key] = { L_alg[j], L_period[j] }
-				else
-					d[1], d[2] = L_alg[j], L_period[j]
+				if dirty[key] == nil then
+					norder = norder + 1
+					order[norder] = key
+				end
+				dirty[key] = j
+			end
+			retry = 0
+		else
+			remaining, reset = rem0, reset0
+			if allowed then
+				retry = 0
+			else
+				-- A rejection always says to wait at least 1 µs.
+				ok, retry, delay = 0, ceil(retry), 0
+				if retry ~= retry or retry < 1 then -- retry ~= retry: NaN
+					retry = 1
+				elseif retry > MAX_US then
+					retry = MAX_US
 				end
 			end
-		else
-			remaining, reset = R[b + 6], R[b + 7]
-			if R[b + 11] then
-				-- An earlier request of this Take used the key; report the
-				-- state the rejected Take leaves, not its tentative one.
-				local _
-				_, _, _, remaining, reset = L_alg[j].decide(key, states[key], now,
-					L_limit[j], L_period[j], L_cap[j], 0, L_cal[j], L_md[j], false)
-			end
-			if not R[b + 3] then
-				-- A rejection always says to wait at least 1 µs.
-				allowed, retry, delay = 0, clamp(math.ceil(R[b + 4]), 1, MAX_US), 0
-			elseif mode == "t" then
-				delay = 0 -- the Take was rejected: nobody waits
-			end
 		end
-		out[n + 1] = allowed
-		out[n + 2] = clamp(math.floor(remaining), 0, L_cap[j])
-		out[n + 3] = clamp(math.ceil(reset), 0, MAX_US)
-		out[n + 4] = retry
-		out[n + 5] = clamp(math.ceil(delay), 0, MAX_US)
+		remaining = floor(remaining)
+		if remaining ~= remaining or remaining < 0 then
+			remaining = 0
+		elseif remaining > cap then
+			remaining = cap
+		end
+		reset = ceil(reset)
+		if reset ~= reset or reset < 0 then
+			reset = 0
+		elseif reset > MAX_US then
+			reset = MAX_US
+		end
+		delay = ceil(delay)
+		if delay ~= delay or delay < 0 then
+			delay = 0
+		elseif delay > MAX_US then
+			delay = MAX_US
+		end
+		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
 		n = n + 5
+	else
+		local count = number(cs)
+		-- key → state after this Take's earlier requests; only a Take of
+		-- several requests can name a key twice.
+		local tentative = {}
+		local all = true
+		for i = 1, count do
+			local key = KEYS[k]
+			local j, hits = number(ARGV[a]), number(ARGV[a + 1])
+			k, a = k + 1, a + 2
+			local alg, period = L_alg[j], L_period[j]
+			local st = tentative[key]
+			local dup = st ~= nil
+			if st == nil then
+				st = states[key]
+				if st == nil then
+					st = alg.load(key, now, period)
+					states[key] = st
+				end
+			end
+			local allowed, retry, delay, rem0, reset0, state, rem, reset =
+				alg.decide(key, st, now, L_limit[j], period, L_cap[j], hits, L_cal[j], L_md[j], force)
+			if state ~= nil then
+				tentative[key] = state
+			end
+			if not allowed then
+				all = false
+			end
+			local b = (i - 1) * RS
+			R[b + 1], R[b + 2], R[b + 3], R[b + 4], R[b + 5], R[b + 6] = key, j, allowed, retry, delay, rem0
+			R[b + 7], R[b + 8], R[b + 9], R[b + 10], R[b + 11] = reset0, state, rem, reset, dup
+		end
+
+		local commit = force or (mode == "t" and all)
+		for i = 1, count do
+			local b = (i - 1) * RS
+			local key, j = R[b + 1], R[b + 2]
+			local ok, remaining, reset, retry, delay = 1, R[b + 9], R[b + 10], 0, R[b + 5]
+			if commit then
+				local state = R[b + 8]
+				if state ~= nil then
+					states[key] = state
+					if dirty[key] == nil then
+						norder = norder + 1
+						order[norder] = key
+					end
+					dirty[key] = j
+				end
+			else
+				remaining, reset = R[b + 6], R[b + 7]
+				if R[b + 11] then
+					-- An earlier request of this Take used the key; report the
+					-- state the rejected Take leaves, not its tentative one.
+					local _
+					_, _, _, remaining, reset = L_alg[j].decide(key, states[key], now,
+						L_limit[j], L_period[j], L_cap[j], 0, L_cal[j], L_md[j], false)
+				end
+				if not R[b + 3] then
+					-- A rejection always says to wait at least 1 µs.
+					ok, retry, delay = 0, ceil(R[b + 4]), 0
+					if retry ~= retry or retry < 1 then
+						retry = 1
+					elseif retry > MAX_US then
+						retry = MAX_US
+					end
+				elseif mode == "t" then
+					delay = 0 -- the Take was rejected: nobody waits
+				end
+			end
+			remaining = floor(remaining)
+			if remaining ~= remaining or remaining < 0 then
+				remaining = 0
+			elseif remaining > L_cap[j] then
+				remaining = L_cap[j]
+			end
+			reset = ceil(reset)
+			if reset ~= reset or reset < 0 then
+				reset = 0
+			elseif reset > MAX_US then
+				reset = MAX_US
+			end
+			delay = ceil(delay)
+			if delay ~= delay or delay < 0 then
+				delay = 0
+			elseif delay > MAX_US then
+				delay = MAX_US
+			end
+			out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
+			n = n + 5
+		end
 	end
 end
 
-for _, key in ipairs(order) do
-	local d = dirty[key]
-	d[1].store(key, states[key], now, d[2])
+for i = 1, norder do
+	local key = order[i]
+	local j = dirty[key]
+	L_alg[j].store(key, states[key], now, L_period[j])
 end
 return out
