@@ -110,6 +110,12 @@ type invocation struct {
 	takes  []any // the per-Take part of ARGV
 	n      int   // requests
 	cmd    *redis.Cmd
+
+	// The argument of the last Take of one request, and what it encodes.
+	last     string
+	lastMode mode
+	lastJ    int
+	lastHits int64
 }
 
 // limitParams is what the script needs to know about a limit besides its key.
@@ -118,12 +124,30 @@ type limitParams struct {
 	limit, period, capacity, calendar, maxDelay int64
 }
 
+// add appends c's keys and per-Take arguments (see take.lua): "<mode><j>:<hits>"
+// for a Take of one request, else "<mode><count>" and "<j>:<hits>" per
+// request.
 func (inv *invocation) add(c *takeCall) {
 	inv.calls = append(inv.calls, c)
-	inv.takes = append(inv.takes, string(rune(c.mode)), len(c.specs))
-	for _, s := range c.specs {
+	if len(c.specs) == 1 {
+		s := c.specs[0]
 		inv.keys = append(inv.keys, s.key)
-		inv.takes = append(inv.takes, inv.limitNumber(s), s.hits)
+		j := inv.limitNumber(s)
+		// Consecutive Takes are often alike (a hot key): reuse the text.
+		if inv.last == "" || c.mode != inv.lastMode || j != inv.lastJ || s.hits != inv.lastHits {
+			b := append(make([]byte, 0, 24), byte(c.mode))
+			b = strconv.AppendInt(b, int64(j), 10)
+			b = append(b, ':')
+			b = strconv.AppendInt(b, s.hits, 10)
+			inv.last, inv.lastMode, inv.lastJ, inv.lastHits = string(b), c.mode, j, s.hits
+		}
+		inv.takes = append(inv.takes, inv.last)
+	} else {
+		inv.takes = append(inv.takes, string(rune(c.mode))+strconv.Itoa(len(c.specs)))
+		for _, s := range c.specs {
+			inv.keys = append(inv.keys, s.key)
+			inv.takes = append(inv.takes, strconv.Itoa(inv.limitNumber(s))+":"+strconv.FormatInt(s.hits, 10))
+		}
 	}
 	inv.n += len(c.specs)
 }

@@ -38,15 +38,21 @@
 --            3 month, 4 year), max delay (µs, 0 = never delay). Requests
 --            refer to them by number, so a hot limit's parameters are sent
 --            and parsed once per call, not once per request.
--- Then, per Take:
---   mode     "t": take: commit only if every request is allowed;
---            "c": check: decide, never commit (a dry run);
---            "f": force: commit every request, allowed or not (the second
---                 phase of a Take spanning Redis Cluster slots, whose check
---                 already passed);
---   count    the number of requests in the Take;
---   and two values per request: its limit's number (1..S) and hits (0 =
---   peek).
+-- Then, per Take, one argument when it has one request (nearly all do),
+-- else one argument and then one per request:
+--   <mode><j>:<hits>  a Take of one request, e.g. "t1:1";
+--   <mode><count>     a Take of count requests, e.g. "t3", followed by
+--   <j>:<hits>        for each of its requests, e.g. "1:1";
+--   where mode is
+--     "t": take: commit only if every request is allowed;
+--     "c": check: decide, never commit (a dry run);
+--     "f": force: commit every request, allowed or not (the second phase of
+--          a Take spanning Redis Cluster slots, whose check already passed);
+--   j is the request's limit number (1..S) and hits its hits (0 = peek).
+--   (One argument rather than four per Take: Redis spends about as much on
+--   each argument, parsing it and handing it to Lua, as the script spends
+--   deciding; and a call repeats a few distinct arguments, so each is
+--   parsed once per call.)
 -- Returns    five integers per request: allowed (1|0), remaining,
 --            reset_after (µs), retry_after (µs), delay (µs). Rounding and
 --            clamping happen here, once.
@@ -103,26 +109,53 @@ local out, n = {}, 0
 -- (Multiple return values and one reused table rather than a table per
 -- request: this loop runs for every request a node sends.)
 local R, RS = {}, 11
+-- Parsed per-Take arguments, by their text: mode, and j and hits (a request)
+-- or count (a Take of several). Request arguments start with a digit, Take
+-- arguments with a letter, so they share the tables. Seeded with the usual
+-- one: parsing costs more than the lookups.
+local T_mode, T_j, T_hits, T_count = { ["t1:1"] = "t" }, { ["t1:1"] = 1 }, { ["t1:1"] = 1 }, {}
+local find, sub = string.find, string.sub
+
+local function parse(tok)
+	local m, from = sub(tok, 1, 1), 2
+	if m ~= "t" and m ~= "c" and m ~= "f" then
+		m, from = nil, 1
+	end
+	local colon = find(tok, ":", from, true)
+	if colon == nil then
+		local count = tonumber(sub(tok, from))
+		if m ~= nil and count ~= nil then
+			T_mode[tok], T_count[tok] = m, count
+			return
+		end
+	else
+		local j, hits = tonumber(sub(tok, from, colon - 1)), tonumber(sub(tok, colon + 1))
+		if j ~= nil and hits ~= nil then
+			T_mode[tok], T_j[tok], T_hits[tok] = m, j, hits
+			return
+		end
+	end
+	error("sluice limiter: malformed argument " .. tostring(tok))
+end
+
 local k = 1
 local nargv = #ARGV
 while a <= nargv do
-	local mode = ARGV[a]
-	local cs = ARGV[a + 1]
-	a = a + 2
+	local tok = ARGV[a]
+	a = a + 1
+	local mode = T_mode[tok]
+	if mode == nil then
+		parse(tok)
+		mode = T_mode[tok]
+	end
 	local force = mode == "f"
-	if cs == "1" then
+	local j = T_j[tok]
+	if j ~= nil then
 		-- One request: what the general loop below does, without its
 		-- scratch array (it commits iff the request is allowed, or forced).
 		local key = KEYS[k]
-		local js, hs = ARGV[a], ARGV[a + 1]
-		local j, hits = num[js], num[hs]
-		if j == nil then
-			j = number(js)
-		end
-		if hits == nil then
-			hits = number(hs)
-		end
-		k, a = k + 1, a + 2
+		local hits = T_hits[tok]
+		k = k + 1
 		local alg, period, cap = L_alg[j], L_period[j], L_cap[j]
 		local st = states[key]
 		if st == nil then
@@ -177,15 +210,21 @@ while a <= nargv do
 		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
 		n = n + 5
 	else
-		local count = number(cs)
+		local count = T_count[tok]
 		-- key → state after this Take's earlier requests; only a Take of
 		-- several requests can name a key twice.
 		local tentative = {}
 		local all = true
 		for i = 1, count do
 			local key = KEYS[k]
-			local j, hits = number(ARGV[a]), number(ARGV[a + 1])
-			k, a = k + 1, a + 2
+			local rt = ARGV[a]
+			local j = T_j[rt]
+			if j == nil then
+				parse(rt)
+				j = T_j[rt]
+			end
+			local hits = T_hits[rt]
+			k, a = k + 1, a + 1
 			local alg, period = L_alg[j], L_period[j]
 			local st = tentative[key]
 			local dup = st ~= nil
