@@ -68,10 +68,8 @@ var takeScript = redis.NewScript(assemble())
 // function (so its locals stay its own) that algorithm(code) calls to build
 // its module on first use in a call, then the driver. Building only the
 // algorithms a call uses matters: the script body runs on every call, and an
-// if-chain creates no closure, table or metatable for the ones it skips.
+// if-chain over locals creates no closure or table for the ones it skips.
 func assemble() string {
-	var b strings.Builder
-	b.WriteString("local loaded = {}\nlocal function algorithm(code)\n\tlocal m = loaded[code]\n\tif m ~= nil then\n\t\treturn m\n\tend\n")
 	// Sorted, so every node runs a byte-identical script (one SHA in the cache).
 	codes := make([]string, 0, len(algorithms))
 	byCode := map[string]string{}
@@ -80,14 +78,17 @@ func assemble() string {
 		byCode[info.code] = info.lua
 	}
 	slices.Sort(codes)
+	var b strings.Builder
+	b.WriteString("local m_" + strings.Join(codes, ", m_") + "\nlocal function algorithm(code)\n")
 	for i, code := range codes {
 		kw := "elseif"
 		if i == 0 {
 			kw = "if"
 		}
-		fmt.Fprintf(&b, "\t%s code == %q then\n\t\tm = (function()\n%s\nend)()\n", kw, code, byCode[code])
+		fmt.Fprintf(&b, "\t%s code == %q then\n\t\tif m_%s == nil then\n\t\t\tm_%s = (function()\n%s\nend)()\n\t\tend\n\t\treturn m_%s\n",
+			kw, code, code, code, byCode[code], code)
 	}
-	b.WriteString("\telse\n\t\treturn nil\n\tend\n\tloaded[code] = m\n\treturn m\nend\n")
+	b.WriteString("\tend\n\treturn nil\nend\n")
 	b.WriteString(takeLua)
 	return b.String()
 }

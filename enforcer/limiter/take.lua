@@ -23,11 +23,12 @@
 -- Nothing is written until every Take of the call is decided, and each dirty
 -- key is written once.
 --
--- The body runs on every call, so it avoids what costs there (measured in
--- Redis 7.0): tonumber of an argument (~0.1-0.25 µs: strtod) is memoized,
--- since a call repeats the same few values; a Take of one request (nearly
--- all) skips the scratch array several requests need; no table is made per
--- request; library functions are locals.
+-- The body runs on every call, so it avoids what costs there (callgrind on
+-- Redis 7.0): a table (~1,000 instructions with its garbage collection),
+-- tonumber of an argument (strtod), a function call. A Take of one request
+-- (nearly all) skips the scratch array several requests need; repeated Take
+-- arguments and limits (a hot key) are recognized by comparing strings; no
+-- table is made per request; library functions are locals.
 --
 -- KEYS       one state key per request, in order (a key may repeat).
 -- ARGV[1]    "" to take the time from Redis TIME; otherwise a time in µs that
@@ -66,18 +67,6 @@ end
 local KEYS, ARGV, tonumber, floor, ceil = KEYS, ARGV, tonumber, math.floor, math.ceil
 local MAX_US = 9000000000000000 -- ~285 years: fits int64 ns in Go and a double exactly
 
--- num[s] is tonumber(s), for arguments seen before in this call.
-local num = { ["0"] = 0, ["1"] = 1 }
-
-local function number(s)
-	local v = num[s]
-	if v == nil then
-		v = tonumber(s)
-		num[s] = v
-	end
-	return v
-end
-
 local now
 if ARGV[1] ~= "" then
 	now = tonumber(ARGV[1])
@@ -86,37 +75,56 @@ else
 	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The limits of this call.
+-- The limits of this call: limit j's algorithm, limit, period, capacity,
+-- calendar and max delay are L[6j-5..6j].
 local nlimits = tonumber(ARGV[2])
-local L_alg, L_limit, L_period, L_cap, L_cal, L_md = {}, {}, {}, {}, {}, {}
+local L = {}
 local a = 3
 for j = 1, nlimits do
 	local alg = algorithm(ARGV[a])
 	if alg == nil then
 		return redis.error_reply("ERR sluice limiter: unknown algorithm " .. tostring(ARGV[a]))
 	end
-	L_alg[j], L_limit[j], L_period[j], L_cap[j], L_cal[j], L_md[j] =
-		alg, number(ARGV[a + 1]), number(ARGV[a + 2]), number(ARGV[a + 3]), number(ARGV[a + 4]), number(ARGV[a + 5])
+	local ls, cs, cal, md = ARGV[a + 1], ARGV[a + 3], 0, 0
+	local limit = tonumber(ls)
+	local cap = limit
+	if cs ~= ls then
+		cap = tonumber(cs)
+	end
+	if ARGV[a + 4] ~= "0" then
+		cal = tonumber(ARGV[a + 4])
+	end
+	if ARGV[a + 5] ~= "0" then
+		md = tonumber(ARGV[a + 5])
+	end
+	local b = 6 * j
+	L[b - 5], L[b - 4], L[b - 3], L[b - 2], L[b - 1], L[b] = alg, limit, tonumber(ARGV[a + 2]), cap, cal, md
 	a = a + 6
 end
 
 local states = {} -- key → committed state (loaded, or changed by an earlier Take)
-local dirty = {}  -- key → the limit number of the last committed change
-local order, norder = {}, 0 -- dirty keys in first-change order, so writes are deterministic
+-- dirty[key] is the limit number of the key's last committed change, and
+-- dirty[1..ndirty] the dirty keys in first-change order, so writes are
+-- deterministic (keys are strings: the two never collide).
+local dirty, ndirty = {}, 0
 local out, n = {}, 0
 
--- The current Take's requests, RS values each at R[(i-1)*RS + 1..RS]; reused.
--- (Multiple return values and one reused table rather than a table per
--- request: this loop runs for every request a node sends.)
-local R, RS = {}, 11
+-- The current Take's requests, RS values each at R[(i-1)*RS + 1..RS]; made
+-- on the first Take of several requests and reused. (Multiple return values
+-- and one reused table rather than a table per request: this loop runs for
+-- every request a node sends.)
+local R, RS = nil, 11
+
 -- Parsed per-Take arguments, by their text: mode, and j and hits (a request)
 -- or count (a Take of several). Request arguments start with a digit, Take
--- arguments with a letter, so they share the tables. Seeded with the usual
--- one: parsing costs more than the lookups.
-local T_mode, T_j, T_hits, T_count = { ["t1:1"] = "t" }, { ["t1:1"] = 1 }, { ["t1:1"] = 1 }, {}
+-- arguments with a letter, so they share the tables, made on first use.
+local T_mode, T_j, T_hits, T_count
 local find, sub = string.find, string.sub
 
 local function parse(tok)
+	if T_mode == nil then
+		T_mode, T_j, T_hits, T_count = {}, {}, {}, {}
+	end
 	local m, from = sub(tok, 1, 1), 2
 	if m ~= "t" and m ~= "c" and m ~= "f" then
 		m, from = nil, 1
@@ -140,39 +148,52 @@ end
 
 local k = 1
 local nargv = #ARGV
+-- The previous Take's argument and what it says, and the previous one-request
+-- Take's limit: a call often repeats both (a hot key), which then costs no
+-- lookup at all.
+local ptok, tmode, tj, thits, tcount
+local pj, alg, limit, period, cap, cal, md
 while a <= nargv do
 	local tok = ARGV[a]
 	a = a + 1
-	local mode = T_mode[tok]
-	if mode == nil then
-		parse(tok)
-		mode = T_mode[tok]
+	if tok ~= ptok then
+		ptok = tok
+		if tok == "t1:1" then -- the usual one
+			tmode, tj, thits = "t", 1, 1
+		else
+			if T_mode == nil or T_mode[tok] == nil then
+				parse(tok)
+			end
+			tmode, tj, thits, tcount = T_mode[tok], T_j[tok], T_hits[tok], T_count[tok]
+		end
 	end
-	local force = mode == "f"
-	local j = T_j[tok]
-	if j ~= nil then
+	local force = tmode == "f"
+	if tj ~= nil then
 		-- One request: what the general loop below does, without its
 		-- scratch array (it commits iff the request is allowed, or forced).
 		local key = KEYS[k]
-		local hits = T_hits[tok]
 		k = k + 1
-		local alg, period, cap = L_alg[j], L_period[j], L_cap[j]
+		if tj ~= pj then
+			pj = tj
+			local b = 6 * tj
+			alg, limit, period, cap, cal, md = L[b - 5], L[b - 4], L[b - 3], L[b - 2], L[b - 1], L[b]
+		end
 		local st = states[key]
 		if st == nil then
 			st = alg.load(key, now, period)
 			states[key] = st
 		end
 		local allowed, retry, delay, rem0, reset0, state, remaining, reset =
-			alg.decide(key, st, now, L_limit[j], period, cap, hits, L_cal[j], L_md[j], force)
+			alg.decide(key, st, now, limit, period, cap, thits, cal, md, force)
 		local ok = 1
-		if force or (mode == "t" and allowed) then
+		if force or (tmode == "t" and allowed) then
 			if state ~= nil then
 				states[key] = state
 				if dirty[key] == nil then
-					norder = norder + 1
-					order[norder] = key
+					ndirty = ndirty + 1
+					dirty[ndirty] = key
 				end
-				dirty[key] = j
+				dirty[key] = tj
 			end
 			retry = 0
 		else
@@ -210,33 +231,34 @@ while a <= nargv do
 		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
 		n = n + 5
 	else
-		local count = T_count[tok]
+		if R == nil then
+			R = {}
+		end
 		-- key → state after this Take's earlier requests; only a Take of
 		-- several requests can name a key twice.
 		local tentative = {}
 		local all = true
-		for i = 1, count do
+		for i = 1, tcount do
 			local key = KEYS[k]
 			local rt = ARGV[a]
-			local j = T_j[rt]
-			if j == nil then
+			if T_j[rt] == nil then
 				parse(rt)
-				j = T_j[rt]
 			end
-			local hits = T_hits[rt]
+			local j, hits = T_j[rt], T_hits[rt]
 			k, a = k + 1, a + 1
-			local alg, period = L_alg[j], L_period[j]
+			local l = 6 * j
+			local ralg, rperiod = L[l - 5], L[l - 3]
 			local st = tentative[key]
 			local dup = st ~= nil
 			if st == nil then
 				st = states[key]
 				if st == nil then
-					st = alg.load(key, now, period)
+					st = ralg.load(key, now, rperiod)
 					states[key] = st
 				end
 			end
 			local allowed, retry, delay, rem0, reset0, state, rem, reset =
-				alg.decide(key, st, now, L_limit[j], period, L_cap[j], hits, L_cal[j], L_md[j], force)
+				ralg.decide(key, st, now, L[l - 4], rperiod, L[l - 2], hits, L[l - 1], L[l], force)
 			if state ~= nil then
 				tentative[key] = state
 			end
@@ -248,18 +270,19 @@ while a <= nargv do
 			R[b + 7], R[b + 8], R[b + 9], R[b + 10], R[b + 11] = reset0, state, rem, reset, dup
 		end
 
-		local commit = force or (mode == "t" and all)
-		for i = 1, count do
+		local commit = force or (tmode == "t" and all)
+		for i = 1, tcount do
 			local b = (i - 1) * RS
 			local key, j = R[b + 1], R[b + 2]
+			local l = 6 * j
 			local ok, remaining, reset, retry, delay = 1, R[b + 9], R[b + 10], 0, R[b + 5]
 			if commit then
 				local state = R[b + 8]
 				if state ~= nil then
 					states[key] = state
 					if dirty[key] == nil then
-						norder = norder + 1
-						order[norder] = key
+						ndirty = ndirty + 1
+						dirty[ndirty] = key
 					end
 					dirty[key] = j
 				end
@@ -269,8 +292,8 @@ while a <= nargv do
 					-- An earlier request of this Take used the key; report the
 					-- state the rejected Take leaves, not its tentative one.
 					local _
-					_, _, _, remaining, reset = L_alg[j].decide(key, states[key], now,
-						L_limit[j], L_period[j], L_cap[j], 0, L_cal[j], L_md[j], false)
+					_, _, _, remaining, reset = L[l - 5].decide(key, states[key], now,
+						L[l - 4], L[l - 3], L[l - 2], 0, L[l - 1], L[l], false)
 				end
 				if not R[b + 3] then
 					-- A rejection always says to wait at least 1 µs.
@@ -280,15 +303,15 @@ while a <= nargv do
 					elseif retry > MAX_US then
 						retry = MAX_US
 					end
-				elseif mode == "t" then
+				elseif tmode == "t" then
 					delay = 0 -- the Take was rejected: nobody waits
 				end
 			end
 			remaining = floor(remaining)
 			if remaining ~= remaining or remaining < 0 then
 				remaining = 0
-			elseif remaining > L_cap[j] then
-				remaining = L_cap[j]
+			elseif remaining > L[l - 2] then
+				remaining = L[l - 2]
 			end
 			reset = ceil(reset)
 			if reset ~= reset or reset < 0 then
@@ -308,9 +331,9 @@ while a <= nargv do
 	end
 end
 
-for i = 1, norder do
-	local key = order[i]
-	local j = dirty[key]
-	L_alg[j].store(key, states[key], now, L_period[j])
+for i = 1, ndirty do
+	local key = dirty[i]
+	local l = 6 * dirty[key]
+	L[l - 5].store(key, states[key], now, L[l - 3])
 end
 return out
