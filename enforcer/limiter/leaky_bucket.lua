@@ -17,17 +17,20 @@
 --     must wait delay = empty_at - now (the water ahead of it) before it
 --     proceeds; it is admitted when it fits in the bucket and that delay is
 --     at most max_delay, else rejected.
+--
+-- The state take.lua keeps is empty_at itself (a number; false for no key).
 local M = {}
 
+local call, tonumber, floor, ceil, format = redis.call, tonumber, math.floor, math.ceil, string.format
+
 function M.load(key)
-	return { empty_at = tonumber(redis.call("GET", key)) }
+	return tonumber(call("GET", key)) or false
 end
 
-function M.decide(_, st, now, limit, period, cap, hits, _, max_delay, force)
+function M.decide(_, empty_at, now, limit, period, cap, hits, _, max_delay, force)
 	local emission = period / limit -- µs to drain one unit
 	local capacity = emission * cap -- µs of water the bucket holds
-	local empty_at = st.empty_at
-	if empty_at == nil or empty_at < now then
+	if not empty_at or empty_at < now then
 		empty_at = now
 	end
 	-- One microsecond of slack, as in token_bucket.lua.
@@ -54,15 +57,25 @@ function M.decide(_, st, now, limit, period, cap, hits, _, max_delay, force)
 		delay = ahead
 	end
 	if hits > 0 and (allowed or force) then
-		return allowed, retry, delay, rem0, reset0, { empty_at = new_empty_at }, (room + 1) / emission, new_empty_at - now
+		return allowed, retry, delay, rem0, reset0, new_empty_at, (room + 1) / emission, new_empty_at - now
 	end
 	return allowed, retry, delay, rem0, reset0, nil, rem0, reset0
 end
 
-function M.store(key, st, now)
+function M.store(key, empty_at, now)
 	-- Expire when the bucket is empty again; at least 1 ms.
-	local ttl = math.min(math.max(1, math.ceil((st.empty_at - now) / 1000)), 9000000000000)
-	redis.call("SET", key, string.format("%.17g", st.empty_at), "PX", ttl)
+	local ttl = ceil((empty_at - now) / 1000)
+	if not (ttl >= 1) then -- also NaN, as math.max(1, NaN) is 1
+		ttl = 1
+	elseif ttl > 9000000000000 then
+		ttl = 9000000000000
+	end
+	-- %.17g round-trips any double; an integer prints the same with %d.
+	local fmt = "%.17g"
+	if empty_at == floor(empty_at) and empty_at > 0 and empty_at < 9007199254740992 then
+		fmt = "%d"
+	end
+	call("SET", key, format(fmt, empty_at), "PX", ttl)
 end
 
 return M

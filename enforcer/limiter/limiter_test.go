@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -519,5 +520,56 @@ func TestDecodeMalformed(t *testing.T) {
 	d := calls[0].ds[0]
 	if d.ResetAfter != maxMicros*time.Microsecond || d.RetryAfter != 0 || d.Delay != 0 || d.Remaining != 1 {
 		t.Errorf("out-of-range values not clamped: %+v", d)
+	}
+}
+
+// TestScriptArguments calls the script directly: the per-Take arguments of
+// take.lua's header decide as documented (a repeated argument, a Take of
+// several requests), and a malformed one fails the call instead of being
+// misread.
+func TestScriptArguments(t *testing.T) {
+	c := testClient(t)
+	prefix := testPrefix(t, c)
+	ctx := context.Background()
+	key := prefix + "args:tb"
+	// One token bucket limit: 2 per second, burst 2, at a fixed time.
+	head := []any{t0, 1, "tb", 2, 1_000_000, 2, 0, 0}
+	run := func(keys []string, takes ...any) ([]any, error) {
+		v, err := takeScript.Run(ctx, c, keys, append(append([]any{}, head...), takes...)...).Result()
+		if err != nil {
+			return nil, err
+		}
+		return v.([]any), nil
+	}
+	i := func(v ...int64) []any {
+		out := make([]any, len(v))
+		for j, x := range v {
+			out[j] = x
+		}
+		return out
+	}
+	// Three Takes of one hit: the third is over the burst (retry 0.5 s).
+	got, err := run([]string{key, key, key}, "t1:1", "t1:1", "t1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := i(1, 1, 500_000, 0, 0, 1, 0, 1_000_000, 0, 0, 0, 0, 1_000_000, 500_000, 0)
+	if !slices.Equal(got, want) {
+		t.Errorf("three Takes: got %v, want %v", got, want)
+	}
+	// A check of two requests, a peek and 2 hits: nothing is free, so the
+	// Take is rejected and reports the state it found.
+	got, err = run([]string{key, key}, "c2", "1:0", "1:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = i(1, 0, 1_000_000, 0, 0, 0, 0, 1_000_000, 1_000_000, 0)
+	if !slices.Equal(got, want) {
+		t.Errorf("check of two requests: got %v, want %v", got, want)
+	}
+	for _, bad := range [][]any{{"t1:x"}, {"x1:1"}, {"t:1"}, {"t1:"}, {"t2", "1:1", "x"}, {"t2", "1:1"}} {
+		if got, err := run([]string{key, key}, bad...); err == nil {
+			t.Errorf("arguments %q: got %v, want an error", bad, got)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -80,5 +82,39 @@ func TestSlidingLogBounded(t *testing.T) {
 	take(t, r, burst, burst) // the same key twice in one Take
 	if n := c.ZCard(context.Background(), stateKey(burst)).Val(); n != 21 {
 		t.Errorf("21 hits in one microsecond left %d members", n)
+	}
+}
+
+// TestBucketStateText checks the number the buckets store: a whole one as
+// plain digits (the script writes it with %d), a fractional one with 17
+// significant digits (%.17g), each the exact double the script computed, and
+// the TTL until the bucket is full (empty) again.
+func TestBucketStateText(t *testing.T) {
+	r, c, prefix := newTestRedis(t)
+	r.now = func() int64 { return t0 }
+	ctx := context.Background()
+	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket} {
+		for _, tc := range []struct {
+			limit int64
+			want  string
+		}{
+			{10, "1700002800200000"},  // 100 ms per token: whole
+			{3, "1700002800666666.8"}, // 333333.33 µs per token: fractional
+		} {
+			req := Request{Key: testKey(prefix, fmt.Sprintf("%s-%d", alg, tc.limit)), Algorithm: alg, Limit: tc.limit, Period: time.Second, Hits: 2}
+			take1(t, r, req)
+			got, err := c.Get(ctx, stateKey(req)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			emission := float64(time.Second/time.Microsecond) / float64(tc.limit)
+			if want := fmt.Sprintf("%.17g", float64(t0)+emission*2); got != tc.want || got != want {
+				t.Errorf("%s limit %d: stored %q, want %q (%%.17g: %q)", alg, tc.limit, got, tc.want, want)
+			}
+			wantTTL := time.Duration(math.Ceil(emission*2/1000)) * time.Millisecond
+			if ttl := c.PTTL(ctx, stateKey(req)).Val(); ttl <= 0 || ttl > wantTTL {
+				t.Errorf("%s limit %d: TTL %v, want (0, %v]", alg, tc.limit, ttl, wantTTL)
+			}
+		}
 	}
 }

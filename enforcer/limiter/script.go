@@ -65,12 +65,11 @@ const valuesPerRequest = 5
 var takeScript = redis.NewScript(assemble())
 
 // assemble builds the script source: each algorithm file wrapped in a
-// function (so its locals stay its own) that builds its module on first use
-// in a call, then the driver. Building only the algorithms a call uses
-// matters: the script body runs on every call.
+// function (so its locals stay its own) that algorithm(code) calls to build
+// its module on first use in a call, then the driver. Building only the
+// algorithms a call uses matters: the script body runs on every call, and an
+// if-chain over locals creates no closure or table for the ones it skips.
 func assemble() string {
-	var b strings.Builder
-	b.WriteString("local chunks = {}\n")
 	// Sorted, so every node runs a byte-identical script (one SHA in the cache).
 	codes := make([]string, 0, len(algorithms))
 	byCode := map[string]string{}
@@ -79,19 +78,17 @@ func assemble() string {
 		byCode[info.code] = info.lua
 	}
 	slices.Sort(codes)
-	for _, code := range codes {
-		fmt.Fprintf(&b, "chunks[%q] = function()\n%s\nend\n", code, byCode[code])
+	var b strings.Builder
+	b.WriteString("local m_" + strings.Join(codes, ", m_") + "\nlocal function algorithm(code)\n")
+	for i, code := range codes {
+		kw := "elseif"
+		if i == 0 {
+			kw = "if"
+		}
+		fmt.Fprintf(&b, "\t%s code == %q then\n\t\tif m_%s == nil then\n\t\t\tm_%s = (function()\n%s\nend)()\n\t\tend\n\t\treturn m_%s\n",
+			kw, code, code, code, byCode[code], code)
 	}
-	b.WriteString(`local algorithms = setmetatable({}, { __index = function(t, code)
-	local chunk = chunks[code]
-	if chunk == nil then
-		return nil
-	end
-	local m = chunk()
-	rawset(t, code, m)
-	return m
-end })
-`)
+	b.WriteString("\tend\n\treturn nil\nend\n")
 	b.WriteString(takeLua)
 	return b.String()
 }
@@ -114,6 +111,12 @@ type invocation struct {
 	takes  []any // the per-Take part of ARGV
 	n      int   // requests
 	cmd    *redis.Cmd
+
+	// The argument of the last Take of one request, and what it encodes.
+	last     string
+	lastMode mode
+	lastJ    int
+	lastHits int64
 }
 
 // limitParams is what the script needs to know about a limit besides its key.
@@ -122,12 +125,30 @@ type limitParams struct {
 	limit, period, capacity, calendar, maxDelay int64
 }
 
+// add appends c's keys and per-Take arguments (see take.lua): "<mode><j>:<hits>"
+// for a Take of one request, else "<mode><count>" and "<j>:<hits>" per
+// request.
 func (inv *invocation) add(c *takeCall) {
 	inv.calls = append(inv.calls, c)
-	inv.takes = append(inv.takes, string(rune(c.mode)), len(c.specs))
-	for _, s := range c.specs {
+	if len(c.specs) == 1 {
+		s := c.specs[0]
 		inv.keys = append(inv.keys, s.key)
-		inv.takes = append(inv.takes, inv.limitNumber(s), s.hits)
+		j := inv.limitNumber(s)
+		// Consecutive Takes are often alike (a hot key): reuse the text.
+		if inv.last == "" || c.mode != inv.lastMode || j != inv.lastJ || s.hits != inv.lastHits {
+			b := append(make([]byte, 0, 24), byte(c.mode))
+			b = strconv.AppendInt(b, int64(j), 10)
+			b = append(b, ':')
+			b = strconv.AppendInt(b, s.hits, 10)
+			inv.last, inv.lastMode, inv.lastJ, inv.lastHits = string(b), c.mode, j, s.hits
+		}
+		inv.takes = append(inv.takes, inv.last)
+	} else {
+		inv.takes = append(inv.takes, string(rune(c.mode))+strconv.Itoa(len(c.specs)))
+		for _, s := range c.specs {
+			inv.keys = append(inv.keys, s.key)
+			inv.takes = append(inv.takes, strconv.Itoa(inv.limitNumber(s))+":"+strconv.FormatInt(s.hits, 10))
+		}
 	}
 	inv.n += len(c.specs)
 }

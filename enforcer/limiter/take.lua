@@ -6,7 +6,8 @@
 -- its own.
 --
 -- Every algorithm chunk returns a table of three functions:
---   load(key, now, period)  reads the key's state from Redis into a table;
+--   load(key, now, period)  reads the key's state from Redis: any value but
+--       nil (a number for the buckets, a table for the windows);
 --   decide(key, st, now, limit, period, cap, hits, cal, max_delay, force)
 --       decides one request against state st, never modifying st, and
 --       returns eight values:
@@ -22,6 +23,13 @@
 -- Nothing is written until every Take of the call is decided, and each dirty
 -- key is written once.
 --
+-- The body runs on every call, so it avoids what costs there (callgrind on
+-- Redis 7.0): a table (~1,000 instructions with its garbage collection),
+-- tonumber of an argument (strtod), a function call. A Take of one request
+-- (nearly all) skips the scratch array several requests need; repeated Take
+-- arguments and limits (a hot key) are recognized by comparing strings; no
+-- table is made per request; library functions are locals.
+--
 -- KEYS       one state key per request, in order (a key may repeat).
 -- ARGV[1]    "" to take the time from Redis TIME; otherwise a time in µs that
 --            overrides it (tests only: production never sets it).
@@ -31,15 +39,21 @@
 --            3 month, 4 year), max delay (µs, 0 = never delay). Requests
 --            refer to them by number, so a hot limit's parameters are sent
 --            and parsed once per call, not once per request.
--- Then, per Take:
---   mode     "t": take: commit only if every request is allowed;
---            "c": check: decide, never commit (a dry run);
---            "f": force: commit every request, allowed or not (the second
---                 phase of a Take spanning Redis Cluster slots, whose check
---                 already passed);
---   count    the number of requests in the Take;
---   and two values per request: its limit's number (1..S) and hits (0 =
---   peek).
+-- Then, per Take, one argument when it has one request (nearly all do),
+-- else one argument and then one per request:
+--   <mode><j>:<hits>  a Take of one request, e.g. "t1:1";
+--   <mode><count>     a Take of count requests, e.g. "t3", followed by
+--   <j>:<hits>        for each of its requests, e.g. "1:1";
+--   where mode is
+--     "t": take: commit only if every request is allowed;
+--     "c": check: decide, never commit (a dry run);
+--     "f": force: commit every request, allowed or not (the second phase of
+--          a Take spanning Redis Cluster slots, whose check already passed);
+--   j is the request's limit number (1..S) and hits its hits (0 = peek).
+--   (One argument rather than four per Take: Redis spends about as much on
+--   each argument, parsing it and handing it to Lua, as the script spends
+--   deciding; and a call repeats a few distinct arguments, so each is
+--   parsed once per call.)
 -- Returns    five integers per request: allowed (1|0), remaining,
 --            reset_after (µs), retry_after (µs), delay (µs). Rounding and
 --            clamping happen here, once.
@@ -50,17 +64,8 @@ if redis.replicate_commands then
 	redis.replicate_commands()
 end
 
+local KEYS, ARGV, tonumber, floor, ceil = KEYS, ARGV, tonumber, math.floor, math.ceil
 local MAX_US = 9000000000000000 -- ~285 years: fits int64 ns in Go and a double exactly
-
-local function clamp(x, lo, hi)
-	if x ~= x or x < lo then -- x ~= x: NaN
-		return lo
-	end
-	if x > hi then
-		return hi
-	end
-	return x
-end
 
 local now
 if ARGV[1] ~= "" then
@@ -70,117 +75,265 @@ else
 	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The limits of this call.
+-- The limits of this call: limit j's algorithm, limit, period, capacity,
+-- calendar and max delay are L[6j-5..6j].
 local nlimits = tonumber(ARGV[2])
-local L_alg, L_limit, L_period, L_cap, L_cal, L_md = {}, {}, {}, {}, {}, {}
+local L = {}
 local a = 3
 for j = 1, nlimits do
-	local alg = algorithms[ARGV[a]]
+	local alg = algorithm(ARGV[a])
 	if alg == nil then
 		return redis.error_reply("ERR sluice limiter: unknown algorithm " .. tostring(ARGV[a]))
 	end
-	L_alg[j], L_limit[j], L_period[j], L_cap[j], L_cal[j], L_md[j] =
-		alg, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+	local ls, cs, cal, md = ARGV[a + 1], ARGV[a + 3], 0, 0
+	local limit = tonumber(ls)
+	local cap = limit
+	if cs ~= ls then
+		cap = tonumber(cs)
+	end
+	if ARGV[a + 4] ~= "0" then
+		cal = tonumber(ARGV[a + 4])
+	end
+	if ARGV[a + 5] ~= "0" then
+		md = tonumber(ARGV[a + 5])
+	end
+	local b = 6 * j
+	L[b - 5], L[b - 4], L[b - 3], L[b - 2], L[b - 1], L[b] = alg, limit, tonumber(ARGV[a + 2]), cap, cal, md
 	a = a + 6
 end
 
 local states = {} -- key → committed state (loaded, or changed by an earlier Take)
-local dirty = {}  -- key → {algorithm, period} of the last committed change
-local order = {}  -- dirty keys in first-change order, so writes are deterministic
+-- dirty[key] is the limit number of the key's last committed change, and
+-- dirty[1..ndirty] the dirty keys in first-change order, so writes are
+-- deterministic (keys are strings: the two never collide).
+local dirty, ndirty = {}, 0
 local out, n = {}, 0
 
--- The current Take's requests, RS values each at R[(i-1)*RS + 1..RS]; reused.
--- (Multiple return values and one reused table rather than a table per
--- request: this loop runs for every request a node sends.)
-local R, RS = {}, 11
+-- The current Take's requests, RS values each at R[(i-1)*RS + 1..RS]; made
+-- on the first Take of several requests and reused. (Multiple return values
+-- and one reused table rather than a table per request: this loop runs for
+-- every request a node sends.)
+local R, RS = nil, 11
+
+-- Parsed per-Take arguments, by their text: mode, and j and hits (a request)
+-- or count (a Take of several). Request arguments start with a digit, Take
+-- arguments with a letter, so they share the tables, made on first use.
+local T_mode, T_j, T_hits, T_count
+local find, sub = string.find, string.sub
+
+local function parse(tok)
+	if T_mode == nil then
+		T_mode, T_j, T_hits, T_count = {}, {}, {}, {}
+	end
+	local m, from = sub(tok, 1, 1), 2
+	if m ~= "t" and m ~= "c" and m ~= "f" then
+		m, from = nil, 1
+	end
+	local colon = find(tok, ":", from, true)
+	if colon == nil then
+		local count = tonumber(sub(tok, from))
+		if m ~= nil and count ~= nil then
+			T_mode[tok], T_count[tok] = m, count
+			return
+		end
+	else
+		local j, hits = tonumber(sub(tok, from, colon - 1)), tonumber(sub(tok, colon + 1))
+		if j ~= nil and hits ~= nil then
+			T_mode[tok], T_j[tok], T_hits[tok] = m, j, hits
+			return
+		end
+	end
+	error("sluice limiter: malformed argument " .. tostring(tok))
+end
+
 local k = 1
 local nargv = #ARGV
+-- The previous Take's argument and what it says, and the previous one-request
+-- Take's limit: a call often repeats both (a hot key), which then costs no
+-- lookup at all.
+local ptok, tmode, tj, thits, tcount
+local pj, alg, limit, period, cap, cal, md
 while a <= nargv do
-	local mode = ARGV[a]
-	local count = tonumber(ARGV[a + 1])
-	a = a + 2
-	local force = mode == "f"
-	-- key → state after this Take's earlier requests; only a Take of several
-	-- requests can name a key twice.
-	local tentative
-	if count > 1 then
-		tentative = {}
-	end
-	local all = true
-	for i = 1, count do
-		local key = KEYS[k]
-		local j, hits = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-		k, a = k + 1, a + 2
-		local alg, period = L_alg[j], L_period[j]
-		local st
-		if tentative then
-			st = tentative[key]
-		end
-		local dup = st ~= nil
-		if st == nil then
-			st = states[key]
-			if st == nil then
-				st = alg.load(key, now, period)
-				states[key] = st
+	local tok = ARGV[a]
+	a = a + 1
+	if tok ~= ptok then
+		ptok = tok
+		if tok == "t1:1" then -- the usual one
+			tmode, tj, thits = "t", 1, 1
+		else
+			if T_mode == nil or T_mode[tok] == nil then
+				parse(tok)
 			end
+			tmode, tj, thits, tcount = T_mode[tok], T_j[tok], T_hits[tok], T_count[tok]
 		end
-		local allowed, retry, delay, rem0, reset0, state, rem, reset =
-			alg.decide(key, st, now, L_limit[j], period, L_cap[j], hits, L_cal[j], L_md[j], force)
-		if state ~= nil and tentative then
-			tentative[key] = state
-		end
-		if not allowed then
-			all = false
-		end
-		local b = (i - 1) * RS
-		R[b + 1], R[b + 2], R[b + 3], R[b + 4], R[b + 5], R[b + 6] = key, j, allowed, retry, delay, rem0
-		R[b + 7], R[b + 8], R[b + 9], R[b + 10], R[b + 11] = reset0, state or false, rem, reset, dup
 	end
-
-	local commit = force or (mode == "t" and all)
-	for i = 1, count do
-		local b = (i - 1) * RS
-		local key, j = R[b + 1], R[b + 2]
-		local allowed, remaining, reset, retry, delay = 1, R[b + 9], R[b + 10], 0, R[b + 5]
-		if commit then
-			local state = R[b + 8]
-			if state then
+	local force = tmode == "f"
+	if tj ~= nil then
+		-- One request: what the general loop below does, without its
+		-- scratch array (it commits iff the request is allowed, or forced).
+		local key = KEYS[k]
+		k = k + 1
+		if tj ~= pj then
+			pj = tj
+			local b = 6 * tj
+			alg, limit, period, cap, cal, md = L[b - 5], L[b - 4], L[b - 3], L[b - 2], L[b - 1], L[b]
+		end
+		local st = states[key]
+		if st == nil then
+			st = alg.load(key, now, period)
+			states[key] = st
+		end
+		local allowed, retry, delay, rem0, reset0, state, remaining, reset =
+			alg.decide(key, st, now, limit, period, cap, thits, cal, md, force)
+		local ok = 1
+		if force or (tmode == "t" and allowed) then
+			if state ~= nil then
 				states[key] = state
-				local d = dirty[key]
-				if d == nil then
-					order[#order + 1] = key
-					dirty[key] = { L_alg[j], L_period[j] }
-				else
-					d[1], d[2] = L_alg[j], L_period[j]
+				if dirty[key] == nil then
+					ndirty = ndirty + 1
+					dirty[ndirty] = key
+				end
+				dirty[key] = tj
+			end
+			retry = 0
+		else
+			remaining, reset = rem0, reset0
+			if allowed then
+				retry = 0
+			else
+				-- A rejection always says to wait at least 1 µs.
+				ok, retry, delay = 0, ceil(retry), 0
+				if retry ~= retry or retry < 1 then -- retry ~= retry: NaN
+					retry = 1
+				elseif retry > MAX_US then
+					retry = MAX_US
 				end
 			end
-		else
-			remaining, reset = R[b + 6], R[b + 7]
-			if R[b + 11] then
-				-- An earlier request of this Take used the key; report the
-				-- state the rejected Take leaves, not its tentative one.
-				local _
-				_, _, _, remaining, reset = L_alg[j].decide(key, states[key], now,
-					L_limit[j], L_period[j], L_cap[j], 0, L_cal[j], L_md[j], false)
-			end
-			if not R[b + 3] then
-				-- A rejection always says to wait at least 1 µs.
-				allowed, retry, delay = 0, clamp(math.ceil(R[b + 4]), 1, MAX_US), 0
-			elseif mode == "t" then
-				delay = 0 -- the Take was rejected: nobody waits
-			end
 		end
-		out[n + 1] = allowed
-		out[n + 2] = clamp(math.floor(remaining), 0, L_cap[j])
-		out[n + 3] = clamp(math.ceil(reset), 0, MAX_US)
-		out[n + 4] = retry
-		out[n + 5] = clamp(math.ceil(delay), 0, MAX_US)
+		remaining = floor(remaining)
+		if remaining ~= remaining or remaining < 0 then
+			remaining = 0
+		elseif remaining > cap then
+			remaining = cap
+		end
+		reset = ceil(reset)
+		if reset ~= reset or reset < 0 then
+			reset = 0
+		elseif reset > MAX_US then
+			reset = MAX_US
+		end
+		delay = ceil(delay)
+		if delay ~= delay or delay < 0 then
+			delay = 0
+		elseif delay > MAX_US then
+			delay = MAX_US
+		end
+		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
 		n = n + 5
+	else
+		if R == nil then
+			R = {}
+		end
+		-- key → state after this Take's earlier requests; only a Take of
+		-- several requests can name a key twice.
+		local tentative = {}
+		local all = true
+		for i = 1, tcount do
+			local key = KEYS[k]
+			local rt = ARGV[a]
+			if T_j[rt] == nil then
+				parse(rt)
+			end
+			local j, hits = T_j[rt], T_hits[rt]
+			k, a = k + 1, a + 1
+			local l = 6 * j
+			local ralg, rperiod = L[l - 5], L[l - 3]
+			local st = tentative[key]
+			local dup = st ~= nil
+			if st == nil then
+				st = states[key]
+				if st == nil then
+					st = ralg.load(key, now, rperiod)
+					states[key] = st
+				end
+			end
+			local allowed, retry, delay, rem0, reset0, state, rem, reset =
+				ralg.decide(key, st, now, L[l - 4], rperiod, L[l - 2], hits, L[l - 1], L[l], force)
+			if state ~= nil then
+				tentative[key] = state
+			end
+			if not allowed then
+				all = false
+			end
+			local b = (i - 1) * RS
+			R[b + 1], R[b + 2], R[b + 3], R[b + 4], R[b + 5], R[b + 6] = key, j, allowed, retry, delay, rem0
+			R[b + 7], R[b + 8], R[b + 9], R[b + 10], R[b + 11] = reset0, state, rem, reset, dup
+		end
+
+		local commit = force or (tmode == "t" and all)
+		for i = 1, tcount do
+			local b = (i - 1) * RS
+			local key, j = R[b + 1], R[b + 2]
+			local l = 6 * j
+			local ok, remaining, reset, retry, delay = 1, R[b + 9], R[b + 10], 0, R[b + 5]
+			if commit then
+				local state = R[b + 8]
+				if state ~= nil then
+					states[key] = state
+					if dirty[key] == nil then
+						ndirty = ndirty + 1
+						dirty[ndirty] = key
+					end
+					dirty[key] = j
+				end
+			else
+				remaining, reset = R[b + 6], R[b + 7]
+				if R[b + 11] then
+					-- An earlier request of this Take used the key; report the
+					-- state the rejected Take leaves, not its tentative one.
+					local _
+					_, _, _, remaining, reset = L[l - 5].decide(key, states[key], now,
+						L[l - 4], L[l - 3], L[l - 2], 0, L[l - 1], L[l], false)
+				end
+				if not R[b + 3] then
+					-- A rejection always says to wait at least 1 µs.
+					ok, retry, delay = 0, ceil(R[b + 4]), 0
+					if retry ~= retry or retry < 1 then
+						retry = 1
+					elseif retry > MAX_US then
+						retry = MAX_US
+					end
+				elseif tmode == "t" then
+					delay = 0 -- the Take was rejected: nobody waits
+				end
+			end
+			remaining = floor(remaining)
+			if remaining ~= remaining or remaining < 0 then
+				remaining = 0
+			elseif remaining > L[l - 2] then
+				remaining = L[l - 2]
+			end
+			reset = ceil(reset)
+			if reset ~= reset or reset < 0 then
+				reset = 0
+			elseif reset > MAX_US then
+				reset = MAX_US
+			end
+			delay = ceil(delay)
+			if delay ~= delay or delay < 0 then
+				delay = 0
+			elseif delay > MAX_US then
+				delay = MAX_US
+			end
+			out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
+			n = n + 5
+		end
 	end
 end
 
-for _, key in ipairs(order) do
-	local d = dirty[key]
-	d[1].store(key, states[key], now, d[2])
+for i = 1, ndirty do
+	local key = dirty[i]
+	local l = 6 * dirty[key]
+	L[l - 5].store(key, states[key], now, L[l - 3])
 end
 return out

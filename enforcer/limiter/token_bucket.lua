@@ -13,19 +13,23 @@
 -- (emission interval × hits) well above that are exact enough; a limit whose
 -- increment is below ~1 µs (over ~1M tokens per second per key, one hit at a
 -- time) would be rounded away and under-count.
+--
+-- The state take.lua keeps is the TAT itself (a number; false for no key):
+-- a table per decision would be garbage for every request.
 local M = {}
+
+local call, tonumber, floor, ceil, format = redis.call, tonumber, math.floor, math.ceil, string.format
 
 function M.load(key)
 	-- GET yields false for a missing key; tonumber(false) is nil. A value
 	-- that is not a number (never written by us) counts as a full bucket.
-	return { tat = tonumber(redis.call("GET", key)) }
+	return tonumber(call("GET", key)) or false
 end
 
-function M.decide(_, st, now, limit, period, cap, hits, _, _, force)
+function M.decide(_, tat, now, limit, period, cap, hits, _, _, force)
 	local emission = period / limit -- µs for one token to come back
 	local tolerance = emission * cap -- how far TAT may run ahead of now
-	local tat = st.tat
-	if tat == nil or tat < now then
+	if not tat or tat < now then
 		tat = now
 	end
 
@@ -46,15 +50,26 @@ function M.decide(_, st, now, limit, period, cap, hits, _, _, force)
 		end
 	end
 	if hits > 0 and (allowed or force) then
-		return allowed, retry, 0, rem0, reset0, { tat = new_tat }, (slack + 1) / emission, new_tat - now
+		return allowed, retry, 0, rem0, reset0, new_tat, (slack + 1) / emission, new_tat - now
 	end
 	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
 end
 
-function M.store(key, st, now)
+function M.store(key, tat, now)
 	-- Expire when the bucket is full again; at least 1 ms.
-	local ttl = math.min(math.max(1, math.ceil((st.tat - now) / 1000)), 9000000000000)
-	redis.call("SET", key, string.format("%.17g", st.tat), "PX", ttl)
+	local ttl = ceil((tat - now) / 1000)
+	if not (ttl >= 1) then -- also NaN, as math.max(1, NaN) is 1
+		ttl = 1
+	elseif ttl > 9000000000000 then
+		ttl = 9000000000000
+	end
+	-- %.17g round-trips any double; an integer (the usual TAT when the
+	-- emission interval is whole µs) prints the same with the cheaper %d.
+	local fmt = "%.17g"
+	if tat == floor(tat) and tat > 0 and tat < 9007199254740992 then
+		fmt = "%d"
+	end
+	call("SET", key, format(fmt, tat), "PX", ttl)
 end
 
 return M
