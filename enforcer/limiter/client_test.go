@@ -26,11 +26,12 @@ func TestNewClientStandalone(t *testing.T) {
 		wantDB      int
 		wantTimeout time.Duration
 		wantDial    time.Duration
+		wantProto   int
 	}{
-		{"url", "redis://10.0.0.1:6380/2", nil, "10.0.0.1:6380", 2, DefaultTimeout, DefaultDialTimeout},
-		{"bare host:port", "10.0.0.1:6380", nil, "10.0.0.1:6380", 0, DefaultTimeout, DefaultDialTimeout},
-		{"options", "redis://h:1", []ClientOption{WithTimeout(time.Second), WithDialTimeout(2 * time.Second)}, "h:1", 0, time.Second, 2 * time.Second},
-		{"url query wins", "redis://h:1?read_timeout=200ms&dial_timeout=300ms", []ClientOption{WithTimeout(time.Second)}, "h:1", 0, 200 * time.Millisecond, 300 * time.Millisecond},
+		{"url", "redis://10.0.0.1:6380/2", nil, "10.0.0.1:6380", 2, DefaultTimeout, DefaultDialTimeout, 2},
+		{"bare host:port", "10.0.0.1:6380", nil, "10.0.0.1:6380", 0, DefaultTimeout, DefaultDialTimeout, 2},
+		{"options", "redis://h:1", []ClientOption{WithTimeout(time.Second), WithDialTimeout(2 * time.Second)}, "h:1", 0, time.Second, 2 * time.Second, 2},
+		{"url query wins", "redis://h:1?read_timeout=200ms&dial_timeout=300ms&protocol=3", []ClientOption{WithTimeout(time.Second)}, "h:1", 0, 200 * time.Millisecond, 300 * time.Millisecond, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,6 +53,9 @@ func TestNewClientStandalone(t *testing.T) {
 			}
 			if o.DialTimeout != tt.wantDial {
 				t.Errorf("dial timeout %v, want %v", o.DialTimeout, tt.wantDial)
+			}
+			if o.Protocol != tt.wantProto {
+				t.Errorf("protocol %d, want RESP%d", o.Protocol, tt.wantProto)
 			}
 			// go-redis normalizes MaxRetries -1 to 0 (no retries).
 			if o.MaxRetries != 0 || o.DialerRetries != 1 || !o.ContextTimeoutEnabled {
@@ -94,9 +98,9 @@ func TestNewClientCluster(t *testing.T) {
 			if o.Username != tt.user {
 				t.Errorf("user %q, want %q", o.Username, tt.user)
 			}
-			if o.ReadTimeout != DefaultTimeout || o.DialTimeout != DefaultDialTimeout || o.MaxRetries != -1 || o.DialerRetries != 1 {
-				t.Errorf("read %v dial %v MaxRetries %d DialerRetries %d, want request-path defaults",
-					o.ReadTimeout, o.DialTimeout, o.MaxRetries, o.DialerRetries)
+			if o.ReadTimeout != DefaultTimeout || o.DialTimeout != DefaultDialTimeout || o.MaxRetries != -1 || o.DialerRetries != 1 || o.Protocol != 2 {
+				t.Errorf("read %v dial %v MaxRetries %d DialerRetries %d protocol %d, want request-path defaults",
+					o.ReadTimeout, o.DialTimeout, o.MaxRetries, o.DialerRetries, o.Protocol)
 			}
 		})
 	}
