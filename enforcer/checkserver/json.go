@@ -25,25 +25,16 @@ func appendResponseJSON(b []byte, r *rlsv3.RateLimitResponse) ([]byte, bool) {
 	}
 	b = append(b, '{')
 	first := true
-	field := func(name string) {
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-	}
 	if r.OverallCode != rlsv3.RateLimitResponse_UNKNOWN {
 		name, ok := rlsv3.RateLimitResponse_Code_name[int32(r.OverallCode)]
 		if !ok {
 			return b, false
 		}
-		field("overallCode")
+		b = appendKey(b, &first, "overallCode")
 		b = strconv.AppendQuote(b, name)
 	}
 	if len(r.Statuses) > 0 {
-		field("statuses")
+		b = appendKey(b, &first, "statuses")
 		b = append(b, '[')
 		for i, s := range r.Statuses {
 			if i > 0 {
@@ -65,44 +56,27 @@ func appendStatusJSON(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]
 	}
 	b = append(b, '{')
 	first := true
-	field := func(name string) {
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-	}
 	if s.Code != rlsv3.RateLimitResponse_UNKNOWN {
 		name, ok := rlsv3.RateLimitResponse_Code_name[int32(s.Code)]
 		if !ok {
 			return b, false
 		}
-		field("code")
+		b = appendKey(b, &first, "code")
 		b = strconv.AppendQuote(b, name)
 	}
 	if l := s.CurrentLimit; l != nil {
 		if l.UnitMultiplier != nil || len(l.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(l.Name) {
 			return b, false
 		}
-		field("currentLimit")
+		b = appendKey(b, &first, "currentLimit")
 		b = append(b, '{')
 		inner := true
-		sep := func() {
-			if !inner {
-				b = append(b, ',')
-			}
-			inner = false
-		}
 		if l.Name != "" {
-			sep()
-			b = append(b, `"name":`...)
+			b = appendKey(b, &inner, "name")
 			b = appendJSONString(b, l.Name)
 		}
 		if l.RequestsPerUnit != 0 {
-			sep()
-			b = append(b, `"requestsPerUnit":`...)
+			b = appendKey(b, &inner, "requestsPerUnit")
 			b = strconv.AppendUint(b, uint64(l.RequestsPerUnit), 10)
 		}
 		if l.Unit != rlsv3.RateLimitResponse_RateLimit_UNKNOWN {
@@ -110,24 +84,35 @@ func appendStatusJSON(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]
 			if !ok {
 				return b, false
 			}
-			sep()
-			b = append(b, `"unit":`...)
+			b = appendKey(b, &inner, "unit")
 			b = strconv.AppendQuote(b, name)
 		}
 		b = append(b, '}')
 	}
 	if s.LimitRemaining != 0 {
-		field("limitRemaining")
+		b = appendKey(b, &first, "limitRemaining")
 		b = strconv.AppendUint(b, uint64(s.LimitRemaining), 10)
 	}
 	if d := s.DurationUntilReset; d != nil {
 		if d.CheckValid() != nil || d.Seconds < 0 || d.Nanos < 0 || len(d.ProtoReflect().GetUnknown()) > 0 {
 			return b, false
 		}
-		field("durationUntilReset")
+		b = appendKey(b, &first, "durationUntilReset")
 		b = appendDurationJSON(b, d)
 	}
 	return append(b, '}'), true
+}
+
+// appendKey writes an object member's name (and the comma before it unless
+// *first, which it clears).
+func appendKey(b []byte, first *bool, name string) []byte {
+	if !*first {
+		b = append(b, ',')
+	}
+	*first = false
+	b = append(b, '"')
+	b = append(b, name...)
+	return append(b, '"', ':')
 }
 
 // appendDurationJSON writes a non-negative, valid Duration the way
