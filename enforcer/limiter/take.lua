@@ -1,6 +1,6 @@
 -- take.lua: the driver of the limiter script, appended after the algorithm
--- chunks (script.go assembles them: algorithms[code] is the module of the
--- algorithm file with that code, built on first use). One call decides one
+-- chunks (script.go assembles them: algorithm(code) returns the module of
+-- the algorithm file with that code, built on first use in a call). One call decides one
 -- or more Takes, in order, as if each ran alone: a Take sees every earlier
 -- Take of the call that was committed, and each Take is all-or-nothing on
 -- its own.
