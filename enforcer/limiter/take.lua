@@ -109,6 +109,53 @@ local states = {} -- key → committed state (loaded, or changed by an earlier T
 local dirty, ndirty = {}, 0
 local out, n = {}, 0
 
+-- keep records state as key's committed state, changed by limit j, to be
+-- written at the end.
+local function keep(key, state, j)
+	states[key] = state
+	if dirty[key] == nil then
+		ndirty = ndirty + 1
+		dirty[ndirty] = key
+	end
+	dirty[key] = j
+end
+
+-- emit appends one request's five reply values, rounded and clamped once,
+-- here: a rejection (ok 0) always says to wait at least 1 µs, anything else
+-- not at all.
+local function emit(ok, remaining, reset, retry, delay, cap)
+	if ok == 0 then
+		retry = ceil(retry)
+		if retry ~= retry or retry < 1 then -- retry ~= retry: NaN
+			retry = 1
+		elseif retry > MAX_US then
+			retry = MAX_US
+		end
+	else
+		retry = 0
+	end
+	remaining = floor(remaining)
+	if remaining ~= remaining or remaining < 0 then
+		remaining = 0
+	elseif remaining > cap then
+		remaining = cap
+	end
+	reset = ceil(reset)
+	if reset ~= reset or reset < 0 then
+		reset = 0
+	elseif reset > MAX_US then
+		reset = MAX_US
+	end
+	delay = ceil(delay)
+	if delay ~= delay or delay < 0 then
+		delay = 0
+	elseif delay > MAX_US then
+		delay = MAX_US
+	end
+	out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
+	n = n + 5
+end
+
 -- The current Take's requests, RS values each at R[(i-1)*RS + 1..RS]; made
 -- on the first Take of several requests and reused. (Multiple return values
 -- and one reused table rather than a table per request: this loop runs for
@@ -188,48 +235,15 @@ while a <= nargv do
 		local ok = 1
 		if force or (tmode == "t" and allowed) then
 			if state ~= nil then
-				states[key] = state
-				if dirty[key] == nil then
-					ndirty = ndirty + 1
-					dirty[ndirty] = key
-				end
-				dirty[key] = tj
+				keep(key, state, tj)
 			end
-			retry = 0
 		else
 			remaining, reset = rem0, reset0
-			if allowed then
-				retry = 0
-			else
-				-- A rejection always says to wait at least 1 µs.
-				ok, retry, delay = 0, ceil(retry), 0
-				if retry ~= retry or retry < 1 then -- retry ~= retry: NaN
-					retry = 1
-				elseif retry > MAX_US then
-					retry = MAX_US
-				end
+			if not allowed then
+				ok, delay = 0, 0
 			end
 		end
-		remaining = floor(remaining)
-		if remaining ~= remaining or remaining < 0 then
-			remaining = 0
-		elseif remaining > cap then
-			remaining = cap
-		end
-		reset = ceil(reset)
-		if reset ~= reset or reset < 0 then
-			reset = 0
-		elseif reset > MAX_US then
-			reset = MAX_US
-		end
-		delay = ceil(delay)
-		if delay ~= delay or delay < 0 then
-			delay = 0
-		elseif delay > MAX_US then
-			delay = MAX_US
-		end
-		out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
-		n = n + 5
+		emit(ok, remaining, reset, retry, delay, cap)
 	else
 		if R == nil then
 			R = {}
@@ -279,12 +293,7 @@ while a <= nargv do
 			if commit then
 				local state = R[b + 8]
 				if state ~= nil then
-					states[key] = state
-					if dirty[key] == nil then
-						ndirty = ndirty + 1
-						dirty[ndirty] = key
-					end
-					dirty[key] = j
+					keep(key, state, j)
 				end
 			else
 				remaining, reset = R[b + 6], R[b + 7]
@@ -296,37 +305,12 @@ while a <= nargv do
 						L[l - 4], L[l - 3], L[l - 2], 0, L[l - 1], L[l], false)
 				end
 				if not R[b + 3] then
-					-- A rejection always says to wait at least 1 µs.
-					ok, retry, delay = 0, ceil(R[b + 4]), 0
-					if retry ~= retry or retry < 1 then
-						retry = 1
-					elseif retry > MAX_US then
-						retry = MAX_US
-					end
+					ok, retry, delay = 0, R[b + 4], 0
 				elseif tmode == "t" then
 					delay = 0 -- the Take was rejected: nobody waits
 				end
 			end
-			remaining = floor(remaining)
-			if remaining ~= remaining or remaining < 0 then
-				remaining = 0
-			elseif remaining > L[l - 2] then
-				remaining = L[l - 2]
-			end
-			reset = ceil(reset)
-			if reset ~= reset or reset < 0 then
-				reset = 0
-			elseif reset > MAX_US then
-				reset = MAX_US
-			end
-			delay = ceil(delay)
-			if delay ~= delay or delay < 0 then
-				delay = 0
-			elseif delay > MAX_US then
-				delay = MAX_US
-			end
-			out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
-			n = n + 5
+			emit(ok, remaining, reset, retry, delay, L[l - 2])
 		end
 	end
 end
