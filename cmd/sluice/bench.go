@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -43,11 +44,21 @@ type benchResult struct {
 	ok, overLimit, errs int64
 	firstErr            error
 	latencies           []time.Duration // sorted
+	cpu                 time.Duration   // the generator's own CPU time in the window
 }
 
 func (r benchResult) checks() int64 { return r.ok + r.overLimit }
 
 func (r benchResult) rate() float64 { return float64(r.checks()) / r.elapsed.Seconds() }
+
+// cpuPerCheck is the CPU time the load generator spent per check in the
+// window: on a machine shared with the server, what it took from it.
+func (r benchResult) cpuPerCheck() time.Duration {
+	if r.checks() == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(r.checks())
+}
 
 func (r benchResult) percentile(p float64) time.Duration {
 	if len(r.latencies) == 0 {
@@ -219,6 +230,13 @@ func bench(ctx context.Context, cfg benchConfig) (benchResult, error) {
 	start := time.Now()
 	w := &window{ctx: ctx, measureFrom: start.Add(cfg.warmup)}
 	w.end = w.measureFrom.Add(cfg.duration)
+	cpu := make(chan time.Duration, 1)
+	go func() { // the process's CPU time from the window's start to its end
+		sleepUntil(ctx, w.measureFrom)
+		t0 := processCPU()
+		sleepUntil(ctx, w.end)
+		cpu <- processCPU() - t0
+	}()
 	var err error
 	switch cfg.transport {
 	case "grpc":
@@ -233,11 +251,21 @@ func bench(ctx context.Context, cfg benchConfig) (benchResult, error) {
 	}
 	elapsed := min(time.Since(w.measureFrom), cfg.duration)
 	slices.Sort(w.latencies)
-	res := benchResult{elapsed: elapsed, ok: w.ok.Load(), overLimit: w.over.Load(), errs: w.errs.Load(), latencies: w.latencies}
+	res := benchResult{elapsed: elapsed, ok: w.ok.Load(), overLimit: w.over.Load(), errs: w.errs.Load(),
+		latencies: w.latencies, cpu: <-cpu}
 	if e := w.firstErr.Load(); e != nil {
 		res.firstErr = *e
 	}
 	return res, nil
+}
+
+// processCPU is the CPU time (user and system) the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchValues are the descriptor values of the keys: k0, k1, ...
@@ -276,6 +304,7 @@ func printBench(w io.Writer, r benchResult) {
 	fmt.Fprintf(tw, "checks/s\t%.0f\n", r.rate())
 	fmt.Fprintf(tw, "checks\t%d (ok %d, over_limit %d)\n", r.checks(), r.ok, r.overLimit)
 	fmt.Fprintf(tw, "errors\t%d\n", r.errs)
+	fmt.Fprintf(tw, "cpu/check\t%.1f µs (this load generator's own)\n", float64(r.cpuPerCheck())/float64(time.Microsecond))
 	for _, p := range []struct {
 		name string
 		q    float64

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,6 +99,22 @@ func benchCounts(t *testing.T, out string) (checks, overLimit, errs int) {
 	return checks, overLimit, errs
 }
 
+// benchCPU reads the load generator's CPU µs per check from bench's output.
+func benchCPU(t *testing.T, out string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "cpu/check" && f[2] == "µs" {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				t.Fatalf("cpu/check line: %v", err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no cpu/check line in:\n%s", out)
+	return 0
+}
+
 func TestBench(t *testing.T) {
 	for _, transport := range []string{"grpc", "http"} {
 		t.Run(transport, func(t *testing.T) {
@@ -111,15 +128,24 @@ func TestBench(t *testing.T) {
 			if err != nil {
 				t.Fatalf("bench: %v\n%s", err, out)
 			}
-			for _, want := range []string{"checks/s", "p50", "p90", "p99", "max", "errors    0", "over_limit"} {
+			for _, want := range []string{"checks/s", "p50", "p90", "p99", "max", "errors", "over_limit"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("output lacks %q:\n%s", want, out)
 				}
 			}
 			// 3 keys of 50/min: the run outlasts the quota, so both codes show.
-			checks, over, _ := benchCounts(t, out)
+			checks, over, errs := benchCounts(t, out)
+			if errs != 0 {
+				t.Errorf("got %d errors, want 0:\n%s", errs, out)
+			}
 			if over == 0 || over == checks {
 				t.Errorf("want both ok and over_limit after 3 keys × 50 were used up:\n%s", out)
+			}
+			// The process's CPU per check (here the server's too, in this
+			// process): measured, so above zero, and within what the
+			// machine's CPUs have in the 300 ms window.
+			if cpu := benchCPU(t, out); cpu <= 0 || cpu*float64(checks) > float64(runtime.NumCPU())*300e3 {
+				t.Errorf("cpu/check %v µs for %d checks in 300 ms:\n%s", cpu, checks, out)
 			}
 		})
 	}
