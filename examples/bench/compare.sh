@@ -17,10 +17,16 @@
 # so `sluice bench`, which checks every answer, stays the reference for the
 # undecided column. H2LOAD= (empty) skips it.
 #
+# FLOOR=1 (the default; FLOOR=0 skips it) also measures
+# examples/bench/floor, a server of the same protocol on the node's
+# transports (grpc-go, net/http) that answers every check OK without rules
+# or Redis: the least CPU per check any server on those libraries can spend.
+#
 # Prints one markdown row per configuration with the median of ROUNDS runs,
-# including the CPU time the server and Redis spent per check during the
-# measured window (from /proc, so Linux only): unlike checks/s, it hardly
-# depends on what else the machine is doing.
+# including the CPU time the server, Redis and the load generator spent per
+# check during the measured window (from /proc and getrusage, so Linux
+# only): unlike checks/s, it hardly depends on what else the machine is
+# doing.
 set -euo pipefail
 
 SLUICE=${SLUICE:-}
@@ -31,6 +37,7 @@ CONCURRENCY=${CONCURRENCY:-"16 64 256"}
 KEYS=${KEYS:-"1 10000"}
 TRANSPORTS=${TRANSPORTS:-"grpc http"}
 LYFT_BIN=${LYFT_BIN:-}
+FLOOR=${FLOOR:-1}
 H2LOAD=${H2LOAD-$(command -v h2load || true)}
 
 work=$(mktemp -d)
@@ -46,12 +53,15 @@ if [[ -z $SLUICE ]]; then
 	SLUICE="$work/sluice"
 	go build -o "$SLUICE" ./cmd/sluice
 fi
+if [[ $FLOOR == 1 ]]; then
+	go build -o "$work/floor" ./examples/bench/floor
+fi
 
-read -r RP HP GP LHP LGP LDP < <(python3 -c '
+read -r RP HP GP LHP LGP LDP FHP FGP < <(python3 -c '
 import socket
 ps=[]
 socks=[]
-for i in range(6):
+for i in range(8):
     s=socket.socket(); s.bind(("127.0.0.1",0)); ps.append(s.getsockname()[1]); socks.append(s)
 print(" ".join(map(str,ps)))')
 
@@ -114,6 +124,13 @@ if [[ -n $LYFT_BIN ]]; then
 	wait_for "http://127.0.0.1:$LHP/healthcheck"
 fi
 
+if [[ $FLOOR == 1 ]]; then
+	"$work/floor" -grpc "127.0.0.1:$FGP" -http "127.0.0.1:$FHP" &
+	pids+=($!)
+	FLOOR_PID=$!
+	wait_for "http://127.0.0.1:$FHP/readyz"
+fi
+
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 # ticks PID: the CPU time (user + system) PID has used, in clock ticks.
@@ -121,9 +138,9 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 
 # measure SERVER_PID CMD...: runs CMD (a load that prints "checks/s p50 p99
-# undecided% checks") and prints its first four figures and the CPU µs per
-# check of the server and of Redis in its measured window, which starts
-# WARMUP after CMD does.
+# undecided% checks load-generator-CPU-µs/check") and prints its first four
+# figures, the CPU µs per check of the server and of Redis in its measured
+# window, which starts WARMUP after CMD does, and the load generator's.
 measure() {
 	local pid=$1
 	shift
@@ -135,12 +152,12 @@ measure() {
 	read -r s0 r0 <"$work/t0"
 	awk -v o="$out" -v s="$(($(ticks "$pid") - s0))" -v r="$(($(ticks "$REDIS_PID") - r0))" -v hz="$HZ" 'BEGIN {
 		split(o, f, " "); n = f[5] > 0 ? f[5] : 1
-		printf "%s %s %s %s %.1f %.1f\n", f[1], f[2], f[3], f[4], s * 1e6 / hz / n, r * 1e6 / hz / n
+		printf "%s %s %s %s %.1f %.1f %s\n", f[1], f[2], f[3], f[4], s * 1e6 / hz / n, r * 1e6 / hz / n, f[6]
 	}'
 }
 
-# bench TARGET TRANSPORT KEYS C → "checks/s p50 p99 undecided% checks" of
-# one `sluice bench` run.
+# bench TARGET TRANSPORT KEYS C → "checks/s p50 p99 undecided% checks
+# cpu-µs/check" of one `sluice bench` run.
 bench() {
 	local res
 	if ! res=$("$SLUICE" bench --transport "$2" --target "$1" --keys "$3" --concurrency "$4" \
@@ -150,14 +167,19 @@ bench() {
 	fi
 	# Undecided: not decided by Redis — errors (Lyft) and over_limit
 	# (Sluice, failing closed), in % of the checks answered.
-	awk '/^checks\/s/ {r=$2} /^p50/ {a=$2} /^p99/ {b=$2} /^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6}
-		END {printf "%s %s %s %.1f %d\n", r, a, b, n+e ? 100*(e+o)/(n+e) : 0, n}' <<<"$res"
+	awk '/^checks\/s/ {r=$2} /^p50/ {a=$2} /^p99/ {b=$2} /^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6} /^cpu\/check/ {u=$2}
+		END {printf "%s %s %s %.1f %d %s\n", r, a, b, n+e ? 100*(e+o)/(n+e) : 0, n, u}' <<<"$res"
 }
 
-# h2 BASE_URL TRANSPORT C → "checks/s p50 p99 non-200% checks" of one
-# h2load run (gRPC: C streams over 4 connections; HTTP/1.1: C connections).
+# secs DURATION: a duration of sluice bench and h2load (500ms, 3s, 1m) in seconds.
+secs() { awk -v d="$1" 'BEGIN {v = d + 0; if (d ~ /ms$/) v /= 1000; else if (d ~ /m$/) v *= 60; print v}'; }
+
+# h2 BASE_URL TRANSPORT C → "checks/s p50 p99 non-200% checks cpu-µs/check"
+# of one h2load run (gRPC: C streams over 4 connections; HTTP/1.1: C
+# connections). h2load's CPU time is that of the whole run, warm-up
+# included, counted in proportion to the measured window.
 h2() {
-	local args conns
+	local args conns TIMEFORMAT='%U %S'
 	if [[ $2 == grpc ]]; then
 		conns=$(($3 < 4 ? $3 : 4))
 		args=(-c "$conns" -m $(($3 / conns)) -d "$work/req.bin" -H 'content-type: application/grpc' -H 'te: trailers'
@@ -166,17 +188,18 @@ h2() {
 		args=(--h1 -c "$3" -d "$work/req.json" -H 'content-type: application/json' "$1/json")
 	fi
 	rm -f "$work/h2.log"
-	"$H2LOAD" -t 1 -D "$DUR" --warm-up-time="$WARMUP" --log-file="$work/h2.log" "${args[@]}" >"$work/h2.out" 2>&1 || {
+	{ time "$H2LOAD" -t 1 -D "$DUR" --warm-up-time="$WARMUP" --log-file="$work/h2.log" "${args[@]}" >"$work/h2.out" 2>&1; } 2>"$work/h2.time" || {
 		echo "h2load failed: $(cat "$work/h2.out")" >&2
 		return 1
 	}
-	local rate
+	local rate cpu
 	rate=$(awk '/^finished in/ {print $4}' "$work/h2.out")
+	cpu=$(awk -v d="$(secs "$DUR")" -v w="$(secs "$WARMUP")" '{print ($1 + $2) * d / (d + w)}' "$work/h2.time")
 	# The log holds the measured window's requests (column 2: HTTP status;
 	# 3: µs until the end of the response).
 	awk '{print $3, ($2 == 200 ? 0 : 1)}' "$work/h2.log" | sort -n |
-		awk -v r="$rate" '{d[++n] = $1; bad += $2}
-			END {printf "%.0f %.3f %.3f %.1f %d\n", r, d[int((n + 1) * 0.5)] / 1000, d[int(n * 0.99)] / 1000, n ? 100 * bad / n : 0, n}'
+		awk -v r="$rate" -v cpu="$cpu" '{d[++n] = $1; bad += $2}
+			END {printf "%.0f %.3f %.3f %.1f %d %.1f\n", r, d[int((n + 1) * 0.5)] / 1000, d[int(n * 0.99)] / 1000, n ? 100 * bad / n : 0, n, n ? cpu * 1e6 / n : 0}'
 }
 
 # col N: the median of column N of stdin
@@ -191,36 +214,43 @@ for c in $CONCURRENCY; do
 	echo "| $c | $incr | $eval_ |"
 done
 
-# table LOAD KEYS_LIST: one row per transport, key count and caller count,
-# each the median of ROUNDS runs; the servers alternate run by run, so both
-# see the same minutes of the machine.
+# The servers measured: name, PID, gRPC address, HTTP address.
+servers=("sluice $SLUICE_PID 127.0.0.1:$GP 127.0.0.1:$HP")
+if [[ -n $LYFT_BIN ]]; then servers+=("envoyproxy/ratelimit $LYFT_PID 127.0.0.1:$LGP 127.0.0.1:$LHP"); fi
+if [[ $FLOOR == 1 ]]; then servers+=("floor $FLOOR_PID 127.0.0.1:$FGP 127.0.0.1:$FHP"); fi
+
+# table LOAD KEYS_LIST: one row per server, transport, key count and caller
+# count, each the median of ROUNDS runs; the servers take turns run by run,
+# so all see the same minutes of the machine. The last column is the
+# server's checks/s over envoyproxy/ratelimit's.
 table() {
-	local load=$1 keys=$2 tr k c t lt sr lr
+	local load=$1 keys=$2 tr k c i name pid gaddr haddr t lyft
 	echo
-	echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % | server CPU µs/check | Redis CPU µs/check | Sluice ÷ Lyft |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % | server CPU µs/check | Redis CPU µs/check | load generator CPU µs/check | ÷ Lyft |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for tr in $TRANSPORTS; do
 		for k in $keys; do
 			for c in $CONCURRENCY; do
-				if [[ $tr == grpc ]]; then t="127.0.0.1:$GP" lt="127.0.0.1:$LGP"; else t="http://127.0.0.1:$HP" lt="http://127.0.0.1:$LHP"; fi
-				if [[ $load == h2 ]]; then t="http://${t#http://}" lt="http://${lt#http://}"; fi
-				: >"$work/s"
-				: >"$work/l"
+				for i in "${!servers[@]}"; do : >"$work/r$i"; done
 				for _ in $(seq "$ROUNDS"); do
-					if [[ $load == h2 ]]; then
-						measure "$SLUICE_PID" h2 "$t" "$tr" "$c" >>"$work/s"
-						if [[ -n $LYFT_BIN ]]; then measure "$LYFT_PID" h2 "$lt" "$tr" "$c" >>"$work/l"; fi
-					else
-						measure "$SLUICE_PID" bench "$t" "$tr" "$k" "$c" >>"$work/s"
-						if [[ -n $LYFT_BIN ]]; then measure "$LYFT_PID" bench "$lt" "$tr" "$k" "$c" >>"$work/l"; fi
-					fi
+					for i in "${!servers[@]}"; do
+						read -r name pid gaddr haddr <<<"${servers[$i]}"
+						if [[ $tr == grpc ]]; then t=$gaddr; else t=http://$haddr; fi
+						if [[ $load == h2 ]]; then
+							measure "$pid" h2 "http://${t#http://}" "$tr" "$c" >>"$work/r$i"
+						else
+							measure "$pid" bench "$t" "$tr" "$k" "$c" >>"$work/r$i"
+						fi
+					done
 				done
-				sr=$(col 1 <"$work/s")
-				echo "| sluice | $tr | $k | $c | $sr | $(col 2 <"$work/s") | $(col 3 <"$work/s") | $(col 4 <"$work/s") | $(col 5 <"$work/s") | $(col 6 <"$work/s") | |"
-				if [[ -n $LYFT_BIN ]]; then
-					lr=$(col 1 <"$work/l")
-					echo "| envoyproxy/ratelimit | $tr | $k | $c | $lr | $(col 2 <"$work/l") | $(col 3 <"$work/l") | $(col 4 <"$work/l") | $(col 5 <"$work/l") | $(col 6 <"$work/l") | $(awk -v a="$sr" -v b="$lr" 'BEGIN {printf "%.2f", a/b}') |"
-				fi
+				lyft=
+				if [[ -n $LYFT_BIN ]]; then lyft=$(col 1 <"$work/r1"); fi
+				for i in "${!servers[@]}"; do
+					read -r name _ <<<"${servers[$i]}"
+					local r=$work/r$i rate
+					rate=$(col 1 <"$r")
+					echo "| $name | $tr | $k | $c | $rate | $(col 2 <"$r") | $(col 3 <"$r") | $(col 4 <"$r") | $(col 5 <"$r") | $(col 6 <"$r") | $(col 7 <"$r") | $(awk -v a="$rate" -v b="$lyft" 'BEGIN {if (b > 0) printf "%.2f", a / b}') |"
+				done
 			done
 		done
 	done
