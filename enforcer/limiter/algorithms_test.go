@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -390,5 +391,102 @@ func TestStoresAgree(t *testing.T) {
 				t.Fatalf("step %d, request %d (%s %+v):\nredis %+v\nlocal %+v", step, j, reqs[j].Algorithm, reqs[j], got[0][j], got[1][j])
 			}
 		}
+	}
+}
+
+// TestSharedKeyDifferentPeriods uses one sliding_window_log key under two
+// limits of different periods, as when a rule's period is edited while its
+// key lives and Takes under the old and the new rule meet in one script call.
+// Each limit must count its own window, whichever limit read the key first:
+// the script used the window of the first, so the 1 s limit made the call
+// fail ("arithmetic on a nil value") or over-count, and a peek of it made
+// the full 10 s limit admit.
+func TestSharedKeyDifferentPeriods(t *testing.T) {
+	long := Request{Algorithm: rules.SlidingWindowLog, Limit: 5, Period: 10 * s}
+	short := Request{Algorithm: rules.SlidingWindowLog, Limit: 5, Period: s}
+	with := func(req Request, hits int64) Request {
+		req.Hits = hits
+		return req
+	}
+	limited := func(d Decision) Decision {
+		d.Limit = 5
+		return d
+	}
+	// fill hits of the 10 s limit at t0; the Take at t0+2s, when the 1 s
+	// window is empty again.
+	tests := []struct {
+		name string
+		fill int64
+		reqs []Request
+		want []Decision
+	}{
+		{"long peeks, short takes", 5, []Request{with(long, 0), with(short, 1)},
+			[]Decision{ok(0, 8*s), ok(4, s)}},
+		{"short peeks, long is full", 5, []Request{with(short, 0), with(long, 1)},
+			[]Decision{ok(5, 0), no(0, 8*s, 8*s)}},
+		{"long takes, short takes", 4, []Request{with(long, 1), with(short, 1)},
+			[]Decision{ok(0, 10*s), ok(3, s)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stores, prefix := clockStores(t)
+			r := stores[0].store.(*Redis)
+			check := func(name string, got []Decision, err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				for i := range tt.want {
+					if want := limited(tt.want[i]); got[i] != want {
+						t.Errorf("%s, request %d:\n got %+v\nwant %+v", name, i, got[i], want)
+					}
+				}
+			}
+			fill := func(cs *clockStore, key string) {
+				cs.at = t0
+				req := with(long, tt.fill)
+				req.Key = key
+				cs.take(t, req)
+				cs.at = t0 + 2_000_000
+			}
+			keyed := func(key string) []Request {
+				reqs := slices.Clone(tt.reqs)
+				for i := range reqs {
+					reqs[i].Key = key
+				}
+				return reqs
+			}
+			for _, cs := range stores {
+				key := testKey(prefix, cs.name)
+				fill(cs, key)
+				got, err := cs.store.Take(context.Background(), keyed(key))
+				check(cs.name, got, err)
+			}
+
+			// The same requests as separate Takes coalesced into one script
+			// call (a Batcher's): here all-or-nothing changes nothing, so
+			// the decisions are the same.
+			key := testKey(prefix, "coalesced")
+			fill(stores[0], key)
+			var calls []*takeCall
+			for _, req := range keyed(key) {
+				specs, err := specsOf([]Request{req})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := r.group(specs)[0]
+				c.mode = modeTake
+				calls = append(calls, c)
+			}
+			r.exec(context.Background(), calls, true)
+			var got []Decision
+			for _, c := range calls {
+				if c.err != nil {
+					t.Fatalf("coalesced: %v", c.err)
+				}
+				got = append(got, c.ds...)
+			}
+			check("coalesced", got, nil)
+		})
 	}
 }
