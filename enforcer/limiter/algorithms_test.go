@@ -490,3 +490,89 @@ func TestSharedKeyDifferentPeriods(t *testing.T) {
 		})
 	}
 }
+
+// TestStoresAgreeSharedKey is TestStoresAgree for one key shared by two
+// limits of one algorithm with different parameters (a rule edited while
+// its key lives): each case is a fresh key, some Takes under limit a, then,
+// at one instant, a Take naming the key under a and b in random order and a
+// peek. Redis and Local must decide alike, and Redis must not fail.
+//
+// Times are on a 25 ms grid, which every emission interval and period here
+// divides, so the algorithms' boundaries (a bucket exactly full, a window
+// exactly at its limit) are hit, not just approached. b's period is never
+// longer than a's: Local forgets a key when the limit that wrote it last
+// says it is empty, while the test Redis, whose clock does not move, keeps
+// it until its real TTL; b must not still count what a let go.
+func TestStoresAgreeSharedKey(t *testing.T) {
+	algs := []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.SlidingWindowCounter}
+	periods := []time.Duration{s, 2 * s, 4 * s}
+	limits := []int64{1, 2, 4, 5, 8, 10}
+	const grid = 25_000 // µs
+	stores, prefix := clockStores(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	hits := func(l Request) int64 {
+		return []int64{0, 1, 1, 2, 3, l.Limit, 20}[rng.IntN(7)]
+	}
+	var allowed, rejected int
+	for c := range 1000 {
+		alg := algs[c%len(algs)]
+		pa := rng.IntN(len(periods))
+		a := Request{Algorithm: alg, Limit: limits[rng.IntN(len(limits))], Period: periods[pa]}
+		b := Request{Algorithm: alg, Limit: limits[rng.IntN(len(limits))], Period: periods[rng.IntN(pa+1)]}
+		if alg == rules.TokenBucket || alg == rules.LeakyBucket {
+			a.Burst, b.Burst = 1+rng.Int64N(10), 1+rng.Int64N(10)
+		}
+		if alg == rules.LeakyBucket {
+			a.MaxDelay = time.Duration(rng.Int64N(3)) * 500 * ms
+			b.MaxDelay = time.Duration(rng.Int64N(3)) * 500 * ms
+		}
+		key := fmt.Sprint(c)
+		at := int64(t0) + rng.Int64N(40)*grid
+
+		var takes [][]Request
+		for range rng.IntN(12) {
+			req := a
+			req.Hits = hits(a)
+			takes = append(takes, []Request{req})
+		}
+		var mixed []Request
+		for range 2 + rng.IntN(3) {
+			req := []Request{a, b}[rng.IntN(2)]
+			req.Hits = hits(req)
+			mixed = append(mixed, req)
+		}
+		peek := []Request{a, b}[rng.IntN(2)]
+		takes = append(takes, mixed, []Request{peek})
+
+		for step, reqs := range takes {
+			if step < len(takes)-2 {
+				at += rng.Int64N(40) * grid
+			}
+			var got [2][]Decision
+			for i, cs := range stores {
+				cs.at = at
+				rq := slices.Clone(reqs)
+				for j := range rq {
+					rq[j].Key = testKey(prefix, cs.name+key)
+				}
+				got[i] = cs.take(t, rq...)
+			}
+			for j := range reqs {
+				if got[0][j] != got[1][j] {
+					t.Fatalf("case %d (a %+v, b %+v), step %d, request %d (%+v):\nredis %+v\nlocal %+v",
+						c, a, b, step, j, reqs[j], got[0][j], got[1][j])
+				}
+				if got[0][j].Allowed {
+					allowed++
+				} else {
+					rejected++
+				}
+			}
+		}
+	}
+	// A test whose Takes all pass (or all fail) would compare little.
+	if allowed < 1000 || rejected < 1000 {
+		t.Errorf("%d requests allowed, %d rejected: the cases do not exercise the limits", allowed, rejected)
+	}
+	t.Logf("%d requests allowed, %d rejected", allowed, rejected)
+}
