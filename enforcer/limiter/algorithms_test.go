@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -391,4 +392,187 @@ func TestStoresAgree(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSharedKeyDifferentPeriods uses one sliding_window_log key under two
+// limits of different periods, as when a rule's period is edited while its
+// key lives and Takes under the old and the new rule meet in one script call.
+// Each limit must count its own window, whichever limit read the key first:
+// the script used the window of the first, so the 1 s limit made the call
+// fail ("arithmetic on a nil value") or over-count, and a peek of it made
+// the full 10 s limit admit.
+func TestSharedKeyDifferentPeriods(t *testing.T) {
+	long := Request{Algorithm: rules.SlidingWindowLog, Limit: 5, Period: 10 * s}
+	short := Request{Algorithm: rules.SlidingWindowLog, Limit: 5, Period: s}
+	with := func(req Request, hits int64) Request {
+		req.Hits = hits
+		return req
+	}
+	limited := func(d Decision) Decision {
+		d.Limit = 5
+		return d
+	}
+	// fill hits of the 10 s limit at t0; the Take at t0+2s, when the 1 s
+	// window is empty again.
+	tests := []struct {
+		name string
+		fill int64
+		reqs []Request
+		want []Decision
+	}{
+		{"long peeks, short takes", 5, []Request{with(long, 0), with(short, 1)},
+			[]Decision{ok(0, 8*s), ok(4, s)}},
+		{"short peeks, long is full", 5, []Request{with(short, 0), with(long, 1)},
+			[]Decision{ok(5, 0), no(0, 8*s, 8*s)}},
+		{"long takes, short takes", 4, []Request{with(long, 1), with(short, 1)},
+			[]Decision{ok(0, 10*s), ok(3, s)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stores, prefix := clockStores(t)
+			r := stores[0].store.(*Redis)
+			check := func(name string, got []Decision, err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				for i := range tt.want {
+					if want := limited(tt.want[i]); got[i] != want {
+						t.Errorf("%s, request %d:\n got %+v\nwant %+v", name, i, got[i], want)
+					}
+				}
+			}
+			fill := func(cs *clockStore, key string) {
+				cs.at = t0
+				req := with(long, tt.fill)
+				req.Key = key
+				cs.take(t, req)
+				cs.at = t0 + 2_000_000
+			}
+			keyed := func(key string) []Request {
+				reqs := slices.Clone(tt.reqs)
+				for i := range reqs {
+					reqs[i].Key = key
+				}
+				return reqs
+			}
+			for _, cs := range stores {
+				key := testKey(prefix, cs.name)
+				fill(cs, key)
+				got, err := cs.store.Take(context.Background(), keyed(key))
+				check(cs.name, got, err)
+			}
+
+			// The same requests as separate Takes coalesced into one script
+			// call (a Batcher's): here all-or-nothing changes nothing, so
+			// the decisions are the same.
+			key := testKey(prefix, "coalesced")
+			fill(stores[0], key)
+			var calls []*takeCall
+			for _, req := range keyed(key) {
+				specs, err := specsOf([]Request{req})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := r.group(specs)[0]
+				c.mode = modeTake
+				calls = append(calls, c)
+			}
+			r.exec(context.Background(), calls, true)
+			var got []Decision
+			for _, c := range calls {
+				if c.err != nil {
+					t.Fatalf("coalesced: %v", c.err)
+				}
+				got = append(got, c.ds...)
+			}
+			check("coalesced", got, nil)
+		})
+	}
+}
+
+// TestStoresAgreeSharedKey is TestStoresAgree for one key shared by two
+// limits of one algorithm with different parameters (a rule edited while
+// its key lives): each case is a fresh key, some Takes under limit a, then,
+// at one instant, a Take naming the key under a and b in random order and a
+// peek. Redis and Local must decide alike, and Redis must not fail.
+//
+// Times are on a 25 ms grid, which every emission interval and period here
+// divides, so the algorithms' boundaries (a bucket exactly full, a window
+// exactly at its limit) are hit, not just approached. b's period is never
+// longer than a's: Local forgets a key when the limit that wrote it last
+// says it is empty, while the test Redis, whose clock does not move, keeps
+// it until its real TTL; b must not still count what a let go.
+func TestStoresAgreeSharedKey(t *testing.T) {
+	algs := []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.SlidingWindowCounter}
+	periods := []time.Duration{s, 2 * s, 4 * s}
+	limits := []int64{1, 2, 4, 5, 8, 10}
+	const grid = 25_000 // µs
+	stores, prefix := clockStores(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	hits := func(l Request) int64 {
+		return []int64{0, 1, 1, 2, 3, l.Limit, 20}[rng.IntN(7)]
+	}
+	var allowed, rejected int
+	for c := range 1000 {
+		alg := algs[c%len(algs)]
+		pa := rng.IntN(len(periods))
+		a := Request{Algorithm: alg, Limit: limits[rng.IntN(len(limits))], Period: periods[pa]}
+		b := Request{Algorithm: alg, Limit: limits[rng.IntN(len(limits))], Period: periods[rng.IntN(pa+1)]}
+		if alg == rules.TokenBucket || alg == rules.LeakyBucket {
+			a.Burst, b.Burst = 1+rng.Int64N(10), 1+rng.Int64N(10)
+		}
+		if alg == rules.LeakyBucket {
+			a.MaxDelay = time.Duration(rng.Int64N(3)) * 500 * ms
+			b.MaxDelay = time.Duration(rng.Int64N(3)) * 500 * ms
+		}
+		key := fmt.Sprint(c)
+		at := int64(t0) + rng.Int64N(40)*grid
+
+		var takes [][]Request
+		for range rng.IntN(12) {
+			req := a
+			req.Hits = hits(a)
+			takes = append(takes, []Request{req})
+		}
+		var mixed []Request
+		for range 2 + rng.IntN(3) {
+			req := []Request{a, b}[rng.IntN(2)]
+			req.Hits = hits(req)
+			mixed = append(mixed, req)
+		}
+		peek := []Request{a, b}[rng.IntN(2)]
+		takes = append(takes, mixed, []Request{peek})
+
+		for step, reqs := range takes {
+			if step < len(takes)-2 {
+				at += rng.Int64N(40) * grid
+			}
+			var got [2][]Decision
+			for i, cs := range stores {
+				cs.at = at
+				rq := slices.Clone(reqs)
+				for j := range rq {
+					rq[j].Key = testKey(prefix, cs.name+key)
+				}
+				got[i] = cs.take(t, rq...)
+			}
+			for j := range reqs {
+				if got[0][j] != got[1][j] {
+					t.Fatalf("case %d (a %+v, b %+v), step %d, request %d (%+v):\nredis %+v\nlocal %+v",
+						c, a, b, step, j, reqs[j], got[0][j], got[1][j])
+				}
+				if got[0][j].Allowed {
+					allowed++
+				} else {
+					rejected++
+				}
+			}
+		}
+	}
+	// A test whose Takes all pass (or all fail) would compare little.
+	if allowed < 1000 || rejected < 1000 {
+		t.Errorf("%d requests allowed, %d rejected: the cases do not exercise the limits", allowed, rejected)
+	}
+	t.Logf("%d requests allowed, %d rejected", allowed, rejected)
 }

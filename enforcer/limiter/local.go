@@ -95,7 +95,8 @@ type logHit struct {
 type lstate struct {
 	localState
 	has    bool    // t is set (buckets)
-	base   float64 // sliding log: hits logged in the window
+	base   float64 // sliding log: hits logged in the window of period
+	period int64   // sliding log: the period base was counted over (µs)
 	newest float64 // sliding log: time of the newest of them
 	added  float64 // sliding log: hits admitted by this Take, at now
 }
@@ -233,15 +234,22 @@ func (l *Local) load(s *spec, now int64) *lstate {
 	case "tb", "lb":
 		st.has = true
 	case "sl":
-		// Like the Lua chunk's load: the hits in the window and the newest.
-		for _, h := range ls.log {
-			if h.t > float64(now)-float64(s.period) {
-				st.base += h.n
-				st.newest = max(st.newest, h.t)
-			}
-		}
+		st.base, st.newest = logged(ls.log, float64(now), s.period)
+		st.period = s.period
 	}
 	return st
+}
+
+// logged returns the hits of log in the window of period ending at now and
+// the time of the newest of them, like the Lua chunk's logged.
+func logged(log []logHit, now float64, period int64) (base, newest float64) {
+	for _, h := range log {
+		if h.t > now-float64(period) {
+			base += h.n
+			newest = max(newest, h.t)
+		}
+	}
+	return base, newest
 }
 
 // store writes st back under key with its expiry, as the Lua store
@@ -468,9 +476,12 @@ func decideFixedWindow(st *lstate, now float64, s *spec, force bool) lresult {
 
 func decideSlidingLog(st *lstate, now float64, s *spec, force bool) lresult {
 	limit, hits, period := float64(s.limit), float64(s.hits), float64(s.period)
-	base := st.base
+	base, newest := st.base, st.newest
+	if s.period != st.period {
+		// A key repeated in a Take under limits of different periods.
+		base, newest = logged(st.log, now, s.period)
+	}
 	count := base + st.added
-	newest := st.newest
 	if st.added > 0 {
 		newest = now
 	}

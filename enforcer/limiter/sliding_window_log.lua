@@ -23,20 +23,35 @@ local function us(x)
 	return string.format("%.0f", x)
 end
 
-function M.load(key, now, period)
+-- logged returns the hits logged in the window of period ending at now and
+-- the time of the newest logged hit (nil when none is in the window).
+local function logged(key, now, period)
 	local base = redis.call("ZCOUNT", key, "(" .. us(now - period), "+inf")
 	local newest
 	if base > 0 then
 		newest = tonumber(redis.call("ZRANGE", key, -1, -1, "WITHSCORES")[2])
 	end
-	-- base: hits logged in the window; added: hits admitted by this script
-	-- call, all at now, not yet written; at_now: some logged hit is at now.
-	return { base = base, added = 0, newest = newest, at_now = newest == now }
+	return base, newest
+end
+
+function M.load(key, now, period)
+	local base, newest = logged(key, now, period)
+	-- base: hits logged in the window of period; added: hits admitted by
+	-- this script call, all at now, not yet written; at_now: some logged hit
+	-- is at now.
+	return { base = base, period = period, added = 0, newest = newest, at_now = newest == now }
 end
 
 function M.decide(key, st, now, limit, period, _, hits, _, _, force)
-	local count = st.base + st.added
-	local newest = st.newest
+	local base, newest = st.base, st.newest
+	if period ~= st.period then
+		-- One key under limits of different periods (a rule edited while
+		-- its key lives, Takes of both coalesced into one call): count this
+		-- period's window. Nothing is written before the call ends, and the
+		-- hits added in it are at now, inside every window.
+		base, newest = logged(key, now, period)
+	end
+	local count = base + st.added
 	if st.added > 0 then
 		newest = now
 	end
@@ -50,7 +65,7 @@ function M.decide(key, st, now, limit, period, _, hits, _, _, force)
 		local k = count + hits - limit -- hits that must leave the window first
 		if hits > limit then
 			retry = period -- never fits; a whole window is the best to report
-		elseif k <= st.base then
+		elseif k <= base then
 			-- The k-th oldest logged hit of the window leaves at its time + period.
 			local expired = redis.call("ZCOUNT", key, "-inf", us(now - period))
 			local e = redis.call("ZRANGE", key, expired + k - 1, expired + k - 1, "WITHSCORES")
@@ -60,7 +75,7 @@ function M.decide(key, st, now, limit, period, _, hits, _, _, force)
 		end
 	end
 	if hits > 0 and (allowed or force) then
-		return allowed, retry, 0, rem0, reset0, { base = st.base, added = st.added + hits, newest = now, at_now = st.at_now },
+		return allowed, retry, 0, rem0, reset0, { base = st.base, period = st.period, added = st.added + hits, newest = now, at_now = st.at_now },
 			limit - count - hits, period
 	end
 	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
