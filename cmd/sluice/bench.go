@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -44,7 +43,7 @@ type benchResult struct {
 	ok, overLimit, errs int64
 	firstErr            error
 	latencies           []time.Duration // sorted
-	cpu                 time.Duration   // the generator's own CPU time in the window
+	cpu                 time.Duration   // the generator's own CPU time in the window; < 0: unknown
 }
 
 func (r benchResult) checks() int64 { return r.ok + r.overLimit }
@@ -235,7 +234,12 @@ func bench(ctx context.Context, cfg benchConfig) (benchResult, error) {
 		sleepUntil(ctx, w.measureFrom)
 		t0 := processCPU()
 		sleepUntil(ctx, w.end)
-		cpu <- processCPU() - t0
+		t1 := processCPU()
+		if t0 < 0 || t1 < 0 {
+			cpu <- -1
+			return
+		}
+		cpu <- t1 - t0
 	}()
 	var err error
 	switch cfg.transport {
@@ -257,15 +261,6 @@ func bench(ctx context.Context, cfg benchConfig) (benchResult, error) {
 		res.firstErr = *e
 	}
 	return res, nil
-}
-
-// processCPU is the CPU time (user and system) the process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchValues are the descriptor values of the keys: k0, k1, ...
@@ -304,7 +299,9 @@ func printBench(w io.Writer, r benchResult) {
 	fmt.Fprintf(tw, "checks/s\t%.0f\n", r.rate())
 	fmt.Fprintf(tw, "checks\t%d (ok %d, over_limit %d)\n", r.checks(), r.ok, r.overLimit)
 	fmt.Fprintf(tw, "errors\t%d\n", r.errs)
-	fmt.Fprintf(tw, "cpu/check\t%.1f µs (this load generator's own)\n", float64(r.cpuPerCheck())/float64(time.Microsecond))
+	if r.cpu >= 0 {
+		fmt.Fprintf(tw, "cpu/check\t%.1f µs (this load generator's own)\n", float64(r.cpuPerCheck())/float64(time.Microsecond))
+	}
 	for _, p := range []struct {
 		name string
 		q    float64
