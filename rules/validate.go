@@ -21,6 +21,10 @@ const (
 	MaxDescriptors = 100_000
 	// MaxRequestsPerUnit bounds requests_per_unit and burst.
 	MaxRequestsPerUnit = 1_000_000_000
+	// MaxSlidingLogRequests bounds a sliding_window_log limit's
+	// requests_per_unit per key (per shard, with shards): its log keeps one
+	// Redis sorted-set member, about 60 bytes, per request in the window.
+	MaxSlidingLogRequests = 10_000
 	// MaxRequestDescriptors bounds a domain's request_descriptors.
 	MaxRequestDescriptors = 64
 )
@@ -270,6 +274,18 @@ func (c *checker) extensions(d *Descriptor, path string) {
 			c.fail(join(path, "shards"), msg)
 		case d.Shards > 1 && d.Shards > rpu:
 			c.fail(join(path, "shards"), fmt.Sprintf("shards (%d) is more than requests_per_unit (%d): a shard would allow less than one request", d.Shards, rpu))
+		}
+	}
+	if algo == SlidingWindowLog && d.RateLimit != nil && !d.RateLimit.Unlimited {
+		shards := max(d.Shards, 1)
+		if perKey := (uint64(rpu) + uint64(shards) - 1) / uint64(shards); perKey > MaxSlidingLogRequests {
+			where := fmt.Sprintf("here %d", perKey)
+			if shards > 1 {
+				where = fmt.Sprintf("here %d per shard", perKey)
+			}
+			c.fail(join(join(path, "rate_limit"), "requests_per_unit"), fmt.Sprintf(
+				"sliding_window_log keeps one Redis entry per request in its window: at most %d requests_per_unit per key (%s); use sliding_window_counter, or shards",
+				MaxSlidingLogRequests, where))
 		}
 	}
 	if d.OnLimit != nil {
