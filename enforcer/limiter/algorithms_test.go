@@ -468,16 +468,11 @@ func TestSharedKeyDifferentPeriods(t *testing.T) {
 			// the decisions are the same.
 			key := testKey(prefix, "coalesced")
 			fill(stores[0], key)
-			var calls []*takeCall
+			var takes [][]Request
 			for _, req := range keyed(key) {
-				specs, err := specsOf([]Request{req})
-				if err != nil {
-					t.Fatal(err)
-				}
-				c := r.group(specs)[0]
-				c.mode = modeTake
-				calls = append(calls, c)
+				takes = append(takes, []Request{req})
 			}
+			calls := takeCalls(t, r, takes...)
 			r.exec(context.Background(), calls, true)
 			var got []Decision
 			for _, c := range calls {

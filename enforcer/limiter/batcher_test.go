@@ -56,19 +56,12 @@ func TestCoalescedEqualsSerial(t *testing.T) {
 		serial[i] = take(t, r, reqs...)
 	}
 
-	var calls []*takeCall
 	for _, reqs := range takes {
 		for j := range reqs {
 			reqs[j].Key = prefix + "packed:" + reqs[j].Key[len(prefix+"serial:"):]
 		}
-		specs, err := specsOf(reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := r.group(specs)[0]
-		c.mode = modeTake
-		calls = append(calls, c)
 	}
+	calls := takeCalls(t, r, takes...)
 	r.exec(context.Background(), calls, true)
 
 	rejected := 0
@@ -442,16 +435,7 @@ func TestPackedCallError(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := Request{Key: testKey(prefix, "good"), Algorithm: rules.FixedWindow, Limit: 5, Period: noBoundary, Hits: 1}
-	var calls []*takeCall
-	for _, req := range []Request{good, bad, good} {
-		specs, err := specsOf([]Request{req})
-		if err != nil {
-			t.Fatal(err)
-		}
-		call := r.group(specs)[0]
-		call.mode = modeTake
-		calls = append(calls, call)
-	}
+	calls := takeCalls(t, r, []Request{good}, []Request{bad}, []Request{good})
 	r.exec(context.Background(), calls, true)
 	if calls[1].err == nil {
 		t.Errorf("Take of a key holding a string: no error")
@@ -464,4 +448,21 @@ func TestPackedCallError(t *testing.T) {
 	if d := take1(t, r, Request{Key: good.Key, Algorithm: rules.FixedWindow, Limit: 5, Period: noBoundary}); d.Remaining != 3 {
 		t.Errorf("good: Remaining %d, want 3 (counted once each)", d.Remaining)
 	}
+}
+
+// takeCalls makes one call of each Take (its requests on one hash slot),
+// ready for r.exec to pack into one script call.
+func takeCalls(t *testing.T, r *Redis, takes ...[]Request) []*takeCall {
+	t.Helper()
+	calls := make([]*takeCall, 0, len(takes))
+	for _, reqs := range takes {
+		specs, err := specsOf(reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := r.group(specs)[0]
+		c.mode = modeTake
+		calls = append(calls, c)
+	}
+	return calls
 }
