@@ -2,6 +2,7 @@ package rules
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 )
 
@@ -73,7 +74,8 @@ var objects = []*object{
 			{name: "share_threshold", kind: boolKind,
 				doc: "For a wildcard value (ending in *): all matching values share one counter instead of one each."},
 			{name: "algorithm", kind: enumKind, enum: strs(supportedAlgorithms),
-				doc: "How requests are counted (default token_bucket)."},
+				doc: "How requests are counted (default token_bucket). sliding_window_log is exact but keeps an entry per request: at most " +
+					strconv.Itoa(MaxSlidingLogRequests) + " requests_per_unit per key."},
 			{name: "burst", kind: intKind, min: 1, max: MaxRequestsPerUnit,
 				doc: "Capacity of a token or leaky bucket (default requests_per_unit)."},
 			{name: "calendar", kind: boolKind,
