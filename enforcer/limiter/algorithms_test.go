@@ -449,6 +449,16 @@ func TestSharedKeyDifferentPeriods(t *testing.T) {
 				cs.take(t, req)
 				cs.at = t0 + 2_000_000
 			}
+			// Afterwards the 10 s limit still counts every hit of its
+			// window, whatever the 1 s limit wrote: each case leaves it full.
+			stillFull := func(name string, cs *clockStore, key string) {
+				t.Helper()
+				req := with(long, 1)
+				req.Key = key
+				if d := cs.take(t, req)[0]; d.Allowed {
+					t.Errorf("%s: after the call the 10 s limit admits another hit: %+v", name, d)
+				}
+			}
 			keyed := func(key string) []Request {
 				reqs := slices.Clone(tt.reqs)
 				for i := range reqs {
@@ -461,6 +471,7 @@ func TestSharedKeyDifferentPeriods(t *testing.T) {
 				fill(cs, key)
 				got, err := cs.store.Take(context.Background(), keyed(key))
 				check(cs.name, got, err)
+				stillFull(cs.name, cs, key)
 			}
 
 			// The same requests as separate Takes coalesced into one script
@@ -482,6 +493,7 @@ func TestSharedKeyDifferentPeriods(t *testing.T) {
 				got = append(got, c.ds...)
 			}
 			check("coalesced", got, nil)
+			stillFull("coalesced", stores[0], key)
 		})
 	}
 }

@@ -216,7 +216,11 @@ func (l *Local) Take(_ context.Context, reqs []Request) ([]Decision, error) {
 				continue
 			}
 			seen[p.key] = true
-			l.store(p.key, p.st, p.s, now)
+			s := p.s
+			if s.code == "sl" {
+				s = longestPeriod(specs, s)
+			}
+			l.store(p.key, p.st, s, now)
 		}
 	}
 	return ds, nil
@@ -250,6 +254,19 @@ func logged(log []logHit, now float64, period int64) (base, newest float64) {
 		}
 	}
 	return base, newest
+}
+
+// longestPeriod returns s with the longest period of the specs naming its
+// key: like the Lua chunk's longest, how much of a sliding log store keeps
+// when limits of different periods share the key.
+func longestPeriod(specs []spec, s *spec) *spec {
+	out := *s
+	for i := range specs {
+		if specs[i].key == s.key {
+			out.period = max(out.period, specs[i].period)
+		}
+	}
+	return &out
 }
 
 // store writes st back under key with its expiry, as the Lua store

@@ -12,12 +12,20 @@
 -- in the same microsecond stay distinct.
 --
 -- Memory: hits are logged only when they fit, and every write trims the
--- expired ones first, so the set never holds more than limit members:
+-- expired ones first, so the set never holds more than limit members (for
+-- a period after a rule edit, limits of two periods may share the key and
+-- the log keeps the longer one's window):
 -- about 30 bytes per hit up to 128 members (Redis's compact listpack), about
 -- 120 beyond (see BENCHMARKS.md). That makes this the algorithm for small
 -- limits: for thousands of hits per window prefer sliding_window_counter,
 -- which keeps three numbers in ~170 bytes.
 local M = {}
+
+-- longest[key]: the longest period any limit of this call counted key over.
+-- store keeps that much of the log, so when limits of different periods
+-- share a key (a rule's period edited while its key lives), a write by the
+-- shorter one does not drop hits the longer one still counts.
+local longest = {}
 
 local function us(x)
 	return string.format("%.0f", x)
@@ -43,6 +51,7 @@ function M.load(key, now, period)
 end
 
 function M.decide(key, st, now, limit, period, _, hits, _, _, force)
+	longest[key] = math.max(longest[key] or 0, period)
 	local base, newest = st.base, st.newest
 	if period ~= st.period then
 		-- One key under limits of different periods (a rule edited while
@@ -82,6 +91,7 @@ function M.decide(key, st, now, limit, period, _, hits, _, _, force)
 end
 
 function M.store(key, st, now, period)
+	period = math.max(period, longest[key] or 0)
 	redis.call("ZREMRANGEBYSCORE", key, "-inf", us(now - period))
 	local t = us(now)
 	local seq = 0
