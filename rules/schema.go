@@ -75,7 +75,7 @@ var objects = []*object{
 				doc: "For a wildcard value (ending in *): all matching values share one counter instead of one each."},
 			{name: "algorithm", kind: enumKind, enum: strs(supportedAlgorithms),
 				doc: "How requests are counted (default token_bucket). sliding_window_log is exact but keeps an entry per request: at most " +
-					strconv.Itoa(MaxSlidingLogRequests) + " requests_per_unit per key."},
+					strconv.Itoa(MaxSlidingLogRequests) + " requests_per_unit per key (per shard, with shards)."},
 			{name: "burst", kind: intKind, min: 1, max: MaxRequestsPerUnit,
 				doc: "Capacity of a token or leaky bucket (default requests_per_unit)."},
 			{name: "calendar", kind: boolKind,

@@ -23,7 +23,8 @@ const (
 	MaxRequestsPerUnit = 1_000_000_000
 	// MaxSlidingLogRequests bounds a sliding_window_log limit's
 	// requests_per_unit per key (per shard, with shards): its log keeps one
-	// Redis sorted-set member, about 60 bytes, per request in the window.
+	// Redis sorted-set member per request in the window, about 120 bytes
+	// beyond 128 members (BENCHMARKS.md), so about 1.2 MB at the bound.
 	MaxSlidingLogRequests = 10_000
 	// MaxRequestDescriptors bounds a domain's request_descriptors.
 	MaxRequestDescriptors = 64

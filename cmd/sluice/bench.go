@@ -229,11 +229,13 @@ func bench(ctx context.Context, cfg benchConfig) (benchResult, error) {
 	start := time.Now()
 	w := &window{ctx: ctx, measureFrom: start.Add(cfg.warmup)}
 	w.end = w.measureFrom.Add(cfg.duration)
+	cpuCtx, stop := context.WithCancel(ctx) // ends the sampler if the run fails
+	defer stop()
 	cpu := make(chan time.Duration, 1)
 	go func() { // the process's CPU time from the window's start to its end
-		sleepUntil(ctx, w.measureFrom)
+		sleepUntil(cpuCtx, w.measureFrom)
 		t0 := processCPU()
-		sleepUntil(ctx, w.end)
+		sleepUntil(cpuCtx, w.end)
 		t1 := processCPU()
 		if t0 < 0 || t1 < 0 {
 			cpu <- -1

@@ -142,10 +142,13 @@ func TestBench(t *testing.T) {
 				t.Errorf("want both ok and over_limit after 3 keys × 50 were used up:\n%s", out)
 			}
 			// The process's CPU per check (here the server's too, in this
-			// process): measured, so above zero, and within what the
-			// machine's CPUs have in the 300 ms window.
-			if cpu := benchCPU(t, out); cpu <= 0 || cpu*float64(checks) > float64(runtime.NumCPU())*300e3 {
-				t.Errorf("cpu/check %v µs for %d checks in 300 ms:\n%s", cpu, checks, out)
+			// process), where getrusage exists: measured, so above zero,
+			// and within what the machine's CPUs have in the 300 ms window
+			// (and a half, for timers waking late).
+			if processCPU() >= 0 {
+				if cpu := benchCPU(t, out); cpu <= 0 || cpu*float64(checks) > float64(runtime.NumCPU())*450e3 {
+					t.Errorf("cpu/check %v µs for %d checks in 300 ms:\n%s", cpu, checks, out)
+				}
 			}
 		})
 	}

@@ -19,8 +19,9 @@
 #
 # FLOOR=1 (the default; FLOOR=0 skips it) also measures
 # examples/bench/floor, a server of the same protocol on the node's
-# transports (grpc-go, net/http) that answers every check OK without rules
-# or Redis: the least CPU per check any server on those libraries can spend.
+# transports (grpc-go with its default codec, net/http with protojson) that
+# answers every check OK without rules or Redis: the least CPU per check a
+# server built that way can spend.
 #
 # Prints one markdown row per configuration with the median of ROUNDS runs,
 # including the CPU time the server, Redis and the load generator spent per
@@ -28,6 +29,7 @@
 # only): unlike checks/s, it hardly depends on what else the machine is
 # doing.
 set -euo pipefail
+export LC_ALL=C # decimal points in the figures awk reads
 
 SLUICE=${SLUICE:-}
 DUR=${DUR:-5s}
@@ -39,6 +41,11 @@ TRANSPORTS=${TRANSPORTS:-"grpc http"}
 LYFT_BIN=${LYFT_BIN:-}
 FLOOR=${FLOOR:-1}
 H2LOAD=${H2LOAD-$(command -v h2load || true)}
+# Binaries given by relative paths stay found from the repository's root,
+# where the script builds what it needs.
+if [[ -n $SLUICE ]]; then SLUICE=$(realpath "$SLUICE"); fi
+if [[ -n $LYFT_BIN ]]; then LYFT_BIN=$(realpath "$LYFT_BIN"); fi
+cd "$(dirname "$0")/../.."
 
 work=$(mktemp -d)
 pids=()

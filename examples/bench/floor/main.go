@@ -1,10 +1,11 @@
 // Command floor is the cheapest server of envoyproxy/ratelimit's protocol on
 // the transports a Sluice node uses: grpc-go (with the node's stream
-// workers) and net/http (/json). It decodes each request as the node does
+// workers and grpc-go's default protobuf codec) and net/http (/json, the
+// request decoded with protojson). It decodes each request as the node does
 // and answers every one OK with one fixed status, without matching rules or
 // asking Redis. examples/bench/compare.sh measures it beside the node to
 // show how much of a check's cost is the transport alone: no server built
-// on these libraries can spend less CPU per check than this one.
+// on these libraries and codecs can spend less CPU per check than this one.
 //
 //	go run ./examples/bench/floor -grpc 127.0.0.1:8081 -http 127.0.0.1:8080
 //
