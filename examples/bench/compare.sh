@@ -23,6 +23,11 @@
 # answers every check OK without rules or Redis: the least CPU per check a
 # server built that way can spend.
 #
+# PIN=1 runs the servers and Redis on CPU 0 and every load generator
+# (sluice bench, h2load, redis-benchmark) on the other CPUs, with taskset:
+# the load generator then takes no CPU from what it measures, and each Go
+# server runs with GOMAXPROCS 1. Needs two CPUs or more.
+#
 # Prints one markdown row per configuration with the median of ROUNDS runs,
 # including the CPU time the server, Redis and the load generator spent per
 # check during the measured window (from /proc and getrusage, so Linux
@@ -40,12 +45,26 @@ KEYS=${KEYS:-"1 10000"}
 TRANSPORTS=${TRANSPORTS:-"grpc http"}
 LYFT_BIN=${LYFT_BIN:-}
 FLOOR=${FLOOR:-1}
+PIN=${PIN:-0}
 H2LOAD=${H2LOAD-$(command -v h2load || true)}
 # Binaries given by relative paths stay found from the repository's root,
 # where the script builds what it needs.
 if [[ -n $SLUICE ]]; then SLUICE=$(realpath "$SLUICE"); fi
 if [[ -n $LYFT_BIN ]]; then LYFT_BIN=$(realpath "$LYFT_BIN"); fi
 cd "$(dirname "$0")/../.."
+
+# on_servers / on_load: the command prefixes that pin (PIN=1) or not.
+on_servers=()
+on_load=()
+if [[ $PIN == 1 ]]; then
+	ncpu=$(nproc)
+	if ((ncpu < 2)); then
+		echo "PIN=1 needs two CPUs or more; this machine has $ncpu" >&2
+		exit 1
+	fi
+	on_servers=(taskset -c 0)
+	on_load=(taskset -c "1-$((ncpu - 1))")
+fi
 
 work=$(mktemp -d)
 pids=()
@@ -77,7 +96,7 @@ wait_for() { # url
 	echo "not ready: $1" >&2; return 1
 }
 
-redis-server --port "$RP" --bind 127.0.0.1 --save "" --appendonly no --loglevel warning --dir "$work" >/dev/null &
+"${on_servers[@]}" redis-server --port "$RP" --bind 127.0.0.1 --save "" --appendonly no --loglevel warning --dir "$work" >/dev/null &
 pids+=($!)
 REDIS_PID=$!
 for _ in $(seq 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.05; done
@@ -114,7 +133,7 @@ open(sys.argv[1] + "/req.bin", "wb").write(b"\0" + len(msg).to_bytes(4, "big") +
 open(sys.argv[1] + "/req.json", "w").write('{"domain":"bench","descriptors":[{"entries":[{"key":"key","value":"k0"}]}],"hitsAddend":1}')
 PY
 
-"$SLUICE" enforcer --console-url http://127.0.0.1:9 --node-token bench --node-id bench \
+"${on_servers[@]}" "$SLUICE" enforcer --console-url http://127.0.0.1:9 --node-token bench --node-id bench \
 	--redis-url "redis://127.0.0.1:$RP/0" --listen "127.0.0.1:$HP" --grpc-listen "127.0.0.1:$GP" \
 	--state-dir "$work/state" --log-level error 2>/dev/null &
 pids+=($!)
@@ -125,14 +144,14 @@ if [[ -n $LYFT_BIN ]]; then
 	USE_STATSD=false LOG_LEVEL=error REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RP" \
 		RUNTIME_ROOT="$work/lyft" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true \
 		HOST=127.0.0.1 PORT="$LHP" GRPC_HOST=127.0.0.1 GRPC_PORT="$LGP" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$LDP" \
-		"$LYFT_BIN" >/dev/null 2>&1 &
+		"${on_servers[@]}" "$LYFT_BIN" >/dev/null 2>&1 &
 	pids+=($!)
 	LYFT_PID=$!
 	wait_for "http://127.0.0.1:$LHP/healthcheck"
 fi
 
 if [[ $FLOOR == 1 ]]; then
-	"$work/floor" -grpc "127.0.0.1:$FGP" -http "127.0.0.1:$FHP" &
+	"${on_servers[@]}" "$work/floor" -grpc "127.0.0.1:$FGP" -http "127.0.0.1:$FHP" &
 	pids+=($!)
 	FLOOR_PID=$!
 	wait_for "http://127.0.0.1:$FHP/readyz"
@@ -167,7 +186,7 @@ measure() {
 # cpu-µs/check" of one `sluice bench` run.
 bench() {
 	local res
-	if ! res=$("$SLUICE" bench --transport "$2" --target "$1" --keys "$3" --concurrency "$4" \
+	if ! res=$("${on_load[@]}" "$SLUICE" bench --transport "$2" --target "$1" --keys "$3" --concurrency "$4" \
 		--duration "$DUR" --warmup "$WARMUP" --key key --domain bench 2>&1); then
 		echo "bench failed: $res" >&2
 		return 1
@@ -195,7 +214,7 @@ h2() {
 		args=(--h1 -c "$3" -d "$work/req.json" -H 'content-type: application/json' "$1/json")
 	fi
 	rm -f "$work/h2.log"
-	{ time "$H2LOAD" -t 1 -D "$DUR" --warm-up-time="$WARMUP" --log-file="$work/h2.log" "${args[@]}" >"$work/h2.out" 2>&1; } 2>"$work/h2.time" || {
+	{ time "${on_load[@]}" "$H2LOAD" -t 1 -D "$DUR" --warm-up-time="$WARMUP" --log-file="$work/h2.log" "${args[@]}" >"$work/h2.out" 2>&1; } 2>"$work/h2.time" || {
 		echo "h2load failed: $(cat "$work/h2.out")" >&2
 		return 1
 	}
@@ -216,8 +235,8 @@ echo "| callers | redis-benchmark INCR ops/s | redis-benchmark EVALSHA ops/s |"
 echo "|---|---|---|"
 redis-cli -p "$RP" script load "return redis.call('INCR', KEYS[1])" >"$work/sha"
 for c in $CONCURRENCY; do
-	incr=$(redis-benchmark -p "$RP" -c "$c" -n 200000 -t incr -q | tr '\r' '\n' | sed -nE 's/.*: ([0-9.]+) requests per second.*/\1/p')
-	eval_=$(redis-benchmark -p "$RP" -c "$c" -n 200000 -q evalsha "$(cat "$work/sha")" 1 bench:k | tr '\r' '\n' | sed -nE 's/.*: ([0-9.]+) requests per second.*/\1/p')
+	incr=$("${on_load[@]}" redis-benchmark -p "$RP" -c "$c" -n 200000 -t incr -q | tr '\r' '\n' | sed -nE 's/.*: ([0-9.]+) requests per second.*/\1/p')
+	eval_=$("${on_load[@]}" redis-benchmark -p "$RP" -c "$c" -n 200000 -q evalsha "$(cat "$work/sha")" 1 bench:k | tr '\r' '\n' | sed -nE 's/.*: ([0-9.]+) requests per second.*/\1/p')
 	echo "| $c | $incr | $eval_ |"
 done
 
