@@ -25,13 +25,9 @@ func appendResponseJSON(b []byte, r *rlsv3.RateLimitResponse) ([]byte, bool) {
 	}
 	b = append(b, '{')
 	first := true
-	if r.OverallCode != rlsv3.RateLimitResponse_UNKNOWN {
-		name, ok := rlsv3.RateLimitResponse_Code_name[int32(r.OverallCode)]
-		if !ok {
-			return b, false
-		}
-		b = appendKey(b, &first, "overallCode")
-		b = strconv.AppendQuote(b, name)
+	b, ok := appendCodeJSON(b, &first, "overallCode", r.OverallCode)
+	if !ok {
+		return b, false
 	}
 	if len(r.Statuses) > 0 {
 		b = appendKey(b, &first, "statuses")
@@ -56,13 +52,9 @@ func appendStatusJSON(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]
 	}
 	b = append(b, '{')
 	first := true
-	if s.Code != rlsv3.RateLimitResponse_UNKNOWN {
-		name, ok := rlsv3.RateLimitResponse_Code_name[int32(s.Code)]
-		if !ok {
-			return b, false
-		}
-		b = appendKey(b, &first, "code")
-		b = strconv.AppendQuote(b, name)
+	b, ok := appendCodeJSON(b, &first, "code", s.Code)
+	if !ok {
+		return b, false
 	}
 	if l := s.CurrentLimit; l != nil {
 		if l.UnitMultiplier != nil || len(l.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(l.Name) {
@@ -105,6 +97,21 @@ func appendStatusJSON(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]
 
 // appendKey writes an object member's name (and the comma before it unless
 // *first, which it clears).
+// appendCodeJSON writes member name with code's name, unless code is
+// UNKNOWN (protojson leaves zero values out); false for a number the enum
+// does not name.
+func appendCodeJSON(b []byte, first *bool, name string, code rlsv3.RateLimitResponse_Code) ([]byte, bool) {
+	if code == rlsv3.RateLimitResponse_UNKNOWN {
+		return b, true
+	}
+	s, ok := rlsv3.RateLimitResponse_Code_name[int32(code)]
+	if !ok {
+		return b, false
+	}
+	b = appendKey(b, first, name)
+	return strconv.AppendQuote(b, s), true
+}
+
 func appendKey(b []byte, first *bool, name string) []byte {
 	if !*first {
 		b = append(b, ',')

@@ -21,7 +21,7 @@
 -- The state take.lua keeps is empty_at itself (a number; false for no key).
 local M = {}
 
-local call, tonumber, floor, ceil, format = redis.call, tonumber, math.floor, math.ceil, string.format
+local call, tonumber = redis.call, tonumber
 
 function M.load(key)
 	return tonumber(call("GET", key)) or false
@@ -62,20 +62,8 @@ function M.decide(_, empty_at, now, limit, period, cap, hits, _, max_delay, forc
 	return allowed, retry, delay, rem0, reset0, nil, rem0, reset0
 end
 
-function M.store(key, empty_at, now)
-	-- Expire when the bucket is empty again; at least 1 ms.
-	local ttl = ceil((empty_at - now) / 1000)
-	if not (ttl >= 1) then -- also NaN, as math.max(1, NaN) is 1
-		ttl = 1
-	elseif ttl > 9000000000000 then
-		ttl = 9000000000000
-	end
-	-- %.17g round-trips any double; an integer prints the same with %d.
-	local fmt = "%.17g"
-	if empty_at == floor(empty_at) and empty_at > 0 and empty_at < 9007199254740992 then
-		fmt = "%d"
-	end
-	call("SET", key, format(fmt, empty_at), "PX", ttl)
-end
+-- store writes the time the bucket is empty again, expiring then: the token
+-- bucket's store, which does the same with the time its bucket is full.
+M.store = algorithm("tb").store
 
 return M

@@ -120,39 +120,30 @@ local function keep(key, state, j)
 	dirty[key] = j
 end
 
+-- clamp keeps x within 0..hi; NaN (x ~= x) becomes 0.
+local function clamp(x, hi)
+	if x ~= x or x < 0 then
+		return 0
+	elseif x > hi then
+		return hi
+	end
+	return x
+end
+
 -- emit appends one request's five reply values, rounded and clamped once,
 -- here: a rejection (ok 0) always says to wait at least 1 µs, anything else
 -- not at all.
 local function emit(ok, remaining, reset, retry, delay, cap)
 	if ok == 0 then
-		retry = ceil(retry)
-		if retry ~= retry or retry < 1 then -- retry ~= retry: NaN
+		retry = clamp(ceil(retry), MAX_US)
+		if retry < 1 then
 			retry = 1
-		elseif retry > MAX_US then
-			retry = MAX_US
 		end
 	else
 		retry = 0
 	end
-	remaining = floor(remaining)
-	if remaining ~= remaining or remaining < 0 then
-		remaining = 0
-	elseif remaining > cap then
-		remaining = cap
-	end
-	reset = ceil(reset)
-	if reset ~= reset or reset < 0 then
-		reset = 0
-	elseif reset > MAX_US then
-		reset = MAX_US
-	end
-	delay = ceil(delay)
-	if delay ~= delay or delay < 0 then
-		delay = 0
-	elseif delay > MAX_US then
-		delay = MAX_US
-	end
-	out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, remaining, reset, retry, delay
+	out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
+		ok, clamp(floor(remaining), cap), clamp(ceil(reset), MAX_US), retry, clamp(ceil(delay), MAX_US)
 	n = n + 5
 end
 
