@@ -25,14 +25,27 @@ import (
 )
 
 // demoDomain is published by "sluice dev" when the demo domain is absent.
+// Its demo-* keys, addresses and /search limit are what the demo traffic
+// (demo.go) sends checks against.
 const demoDomain = `domain: demo
 descriptors:
   # Each API key may make 5 requests a minute, in bursts of up to 5.
   - key: api_key
     rate_limit: {unit: minute, requests_per_unit: 5, name: per-key}
+  # The keys of the demo traffic (demo-key-1, ..., demo-hot-key) may each
+  # make 10 requests a second.
+  - key: api_key
+    value: demo-*
+    rate_limit: {unit: second, requests_per_unit: 10, name: per-demo-key}
   # Each client address may make 10 requests a second.
   - key: remote_address
     rate_limit: {unit: second, requests_per_unit: 10, name: per-address}
+  # A limit on /search tried out before it is enforced: shadow mode counts
+  # what it would reject and rejects nothing.
+  - key: route
+    value: /search
+    rate_limit: {unit: second, requests_per_unit: 5, name: search-shadow}
+    shadow_mode: true
 `
 
 // runDev runs a console and an enforcer in one process, wired through the

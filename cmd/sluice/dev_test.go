@@ -1,0 +1,49 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+// TestDemoDomain checks the limits the README and the demo traffic count
+// on: 5 a minute for k1, 10 a second for the demo keys and addresses, and
+// a shadow-mode limit on /search.
+func TestDemoDomain(t *testing.T) {
+	d, err := rules.Parse("demo.yaml", []byte(demoDomain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Compile([]*rules.Domain{d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo := demoConfig{}.withDefaults()
+	tests := []struct {
+		key, value string
+		name       string
+		unit       rules.Unit
+		n          uint32
+		shadow     bool
+	}{
+		{"api_key", "k1", "per-key", rules.Minute, 5, false},
+		{"api_key", demo.Keys[0], "per-demo-key", rules.Second, 10, false},
+		{"api_key", demo.HotKey, "per-demo-key", rules.Second, 10, false},
+		{"remote_address", demo.Addrs[0], "per-address", rules.Second, 10, false},
+		{"route", "/search", "search-shadow", rules.Second, 5, true},
+	}
+	for _, tt := range tests {
+		l := set.Match("demo", []rules.Entry{{Key: tt.key, Value: tt.value}})
+		if l == nil {
+			t.Errorf("%s=%s: no limit, want %s", tt.key, tt.value, tt.name)
+			continue
+		}
+		if l.Name != tt.name || l.Unit != tt.unit || l.RequestsPerUnit != tt.n || l.ShadowMode != tt.shadow {
+			t.Errorf("%s=%s: limit %s %d/%s shadow %t, want %s %d/%s shadow %t", tt.key, tt.value,
+				l.Name, l.RequestsPerUnit, l.Unit, l.ShadowMode, tt.name, tt.n, tt.unit, tt.shadow)
+		}
+	}
+	if l := set.Match("demo", []rules.Entry{{Key: "route", Value: "/orders"}}); l != nil {
+		t.Errorf("route=/orders: limit %s, want none", l.Name)
+	}
+}
