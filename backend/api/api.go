@@ -73,6 +73,10 @@ type API struct {
 	latency  *prometheus.HistogramVec
 }
 
+// The console never runs gin in debug mode, not even for the throwaway
+// engine CheckProxies builds before New.
+func init() { gin.SetMode(gin.ReleaseMode) }
+
 // CheckProxies reports the first entry of a trusted-proxy list that is
 // neither an IP address nor a CIDR.
 func CheckProxies(proxies []string) error {
@@ -84,7 +88,6 @@ func CheckProxies(proxies []string) error {
 
 // New builds the router.
 func New(cfg Config) *API {
-	gin.SetMode(gin.ReleaseMode)
 	a := &API{store: cfg.Store, hub: cfg.Hub, stats: cfg.Stats, log: cfg.Log, secure: cfg.SecureCookies, engine: gin.New(),
 		throttle: cfg.LoginThrottle, openapi: openAPIJSON}
 	if a.throttle == nil {

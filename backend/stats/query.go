@@ -99,7 +99,8 @@ func (a *Aggregator) Live(ctx context.Context, domain string, masked bool) (View
 	a.mu.Unlock()
 	sortSeries(v.Rules)
 	var err error
-	if v.Markers, v.Spikes, err = a.events(ctx, domain, time.Unix(from, 0), time.Unix(to+1, 0)); err != nil {
+	// Events up to now: a publish of this very second is shown at once.
+	if v.Markers, v.Spikes, err = a.events(ctx, domain, time.Unix(from, 0), a.now().Add(time.Second)); err != nil {
 		return View{}, err
 	}
 	return v, nil
