@@ -36,7 +36,7 @@ func (c *fakeClock) set(t time.Time) {
 
 // newStore returns a store on a fresh database with domains "api" and
 // "web" published.
-func newStore(t *testing.T) *store.Store {
+func newStore(t testing.TB) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, testenv.PostgresURL(t))

@@ -17,6 +17,7 @@
 package wire
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -215,14 +216,12 @@ var ErrUnknownType = errors.New("unknown message type")
 
 // Decode parses one message into *Hello, *Snapshot, *Ack, *Nack or *Stats.
 func Decode(data []byte) (any, error) {
-	var head struct {
-		Type string `json:"type"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
+	typ, err := messageType(data)
+	if err != nil {
 		return nil, fmt.Errorf("decode message: %w", err)
 	}
 	var msg any
-	switch head.Type {
+	switch typ {
 	case TypeHello:
 		msg = &Hello{}
 	case TypeSnapshot:
@@ -234,12 +233,44 @@ func Decode(data []byte) (any, error) {
 	case TypeStats:
 		msg = &Stats{}
 	default:
-		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, truncate(head.Type, 40))
+		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, truncate(typ, 40))
 	}
 	if err := json.Unmarshal(data, msg); err != nil {
-		return nil, fmt.Errorf("decode %s message: %w", head.Type, err)
+		return nil, fmt.Errorf("decode %s message: %w", typ, err)
 	}
 	return msg, nil
+}
+
+// messageType reads the "type" member of a JSON object without decoding
+// the rest when it comes first, as every message this package encodes has
+// it: decoding a stats report then scans it once, not twice. Whether the
+// whole message is valid JSON is left to the decode that follows.
+func messageType(data []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil {
+		return "", err
+	} else if tok != json.Delim('{') {
+		return "", errors.New("a message must be a JSON object")
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		if key != "type" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return "", err
+			}
+			continue
+		}
+		var typ string
+		if err := dec.Decode(&typ); err != nil {
+			return "", fmt.Errorf("type: %w", err)
+		}
+		return typ, nil
+	}
+	return "", nil
 }
 
 func truncate(s string, n int) string {
