@@ -39,6 +39,13 @@ const (
 	// MaxNodeMessageBytes bounds a message from a node to the console
 	// (hello, ack, nack, stats).
 	MaxNodeMessageBytes = 1 << 20
+	// MaxSnapshotBytes bounds the encoded Snapshot of a version the
+	// console may publish: MaxMessageBytes less 64 KiB of headroom for
+	// what changes from one send to the next (node_count) and for older
+	// nodes' margins. The console refuses a publish whose snapshot would
+	// be larger, so every version fits what nodes read; a node that is
+	// sent a larger one anyway nacks it.
+	MaxSnapshotBytes = MaxMessageBytes - 64<<10
 )
 
 // Websocket close codes (RFC 6455 private range) the console uses, beside
