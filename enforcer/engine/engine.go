@@ -255,6 +255,7 @@ type Engine struct {
 	nodeCount    atomic.Int64
 	shardSeq     atomic.Uint64
 	stats        stats // per-rule counts for the console (TakeStats)
+	noStats      bool  // WithoutStats
 }
 
 // Option changes a setting of New.
@@ -269,6 +270,10 @@ func WithBreaker(b *breaker.Breaker) Option { return func(e *Engine) { e.breaker
 // connecting included) with a deadline; 0 leaves only the store client's own
 // timeouts. The enforcer uses the client's per-call timeout (50 ms).
 func WithStoreTimeout(d time.Duration) Option { return func(e *Engine) { e.storeTimeout = d } }
+
+// WithoutStats turns off the per-rule counts of TakeStats, for a node that
+// reports to no console (and to measure what they cost).
+func WithoutStats() Option { return func(e *Engine) { e.noStats = true } }
 
 // WithLocal sets the in-process limiter that answers failure_mode: local
 // limits while the store is unreachable; by default a new
@@ -368,7 +373,7 @@ func (e *Engine) Ruleset() (*rules.Set, int64) {
 // rejects (a concurrent request got there first), the answer is OVER_LIMIT.
 func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	res, err := e.check(ctx, req)
-	if err == nil {
+	if err == nil && !e.noStats {
 		e.stats.count(&req, &res)
 	}
 	return res, err
