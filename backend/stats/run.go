@@ -159,8 +159,23 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 	now := a.now()
 	a.mu.Lock()
 	cutoff := now.Unix()
+	minuteCutoff := now.Add(-rollupDelay).Unix()
+	minuteCutoff -= minuteCutoff % 60
 	if final {
-		cutoff++
+		cutoff, minuteCutoff = cutoff+1, now.Unix()+60
+	}
+	// Closed seconds and minutes still held by their series go to the
+	// pending maps, then everything closed there is taken.
+	for _, s := range a.series {
+		o := &s.own
+		if o.sec < cutoff && (!o.secC.Zero() || len(o.secTop) > 0) {
+			a.spillSecond(o.sec, s.key, o.secC, o.secTop)
+			o.secC, o.secTop = store.Counts{}, nil
+		}
+		if o.min < minuteCutoff && !o.minC.Zero() {
+			a.spillMinute(o.min, s.key, o.minC)
+			o.minC = store.Counts{}
+		}
 	}
 	var frames []store.Frame
 	for t, rules := range a.pending {
@@ -176,11 +191,6 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 			f.Rules = append(f.Rules, *r)
 		}
 		frames = append(frames, f)
-	}
-	minuteCutoff := now.Add(-rollupDelay).Unix()
-	minuteCutoff -= minuteCutoff % 60
-	if final {
-		minuteCutoff = now.Unix() + 60
 	}
 	var rollups []store.MinuteCounts
 	for k, c := range a.minutes {
@@ -198,19 +208,8 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 		ferr = err
 		a.mu.Lock()
 		for _, f := range frames {
-			rules := a.pending[f.T]
-			if rules == nil {
-				rules = make(map[store.RuleKey]*store.FrameRule)
-				a.pending[f.T] = rules
-			}
 			for _, r := range f.Rules {
-				k := store.RuleKey{Domain: r.Domain, Rule: r.Rule}
-				if old := rules[k]; old != nil {
-					old.A, old.L, old.S, old.E = old.A+r.A, old.L+r.L, old.S+r.S, old.E+r.E
-					old.Top = mergeTop(old.Top, r.Top)
-				} else {
-					rules[k] = &r
-				}
+				a.spillSecond(f.T, store.RuleKey{Domain: r.Domain, Rule: r.Rule}, store.Counts{Allowed: r.A, Limited: r.L, ShadowLimited: r.S, StoreErrors: r.E}, r.Top)
 			}
 		}
 		a.mu.Unlock()
@@ -218,10 +217,7 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 	if err := a.st.AddMinutes(ctx, rollups); err != nil {
 		a.mu.Lock()
 		for _, r := range rollups {
-			k := minuteKey{r.Minute.Unix(), r.RuleKey}
-			c := a.minutes[k]
-			c.Add(r.Counts)
-			a.minutes[k] = c
+			a.spillMinute(r.Minute.Unix(), r.RuleKey, r.Counts)
 		}
 		a.mu.Unlock()
 		return err
