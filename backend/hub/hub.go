@@ -17,8 +17,10 @@
 // The registry lives in memory for the nodes of this replica and is written
 // to Postgres in batches by one flusher (every flushInterval, or sooner when
 // many updates are pending), so acks from a thousand nodes cost a few
-// statements, not a thousand. It is the only console package that imports
-// the websocket library.
+// statements, not a thousand. Stats reports go to a StatsSink (the live
+// traffic aggregator), and ServeStream serves the browsers' live traffic
+// streams: it is the only console package that imports the websocket
+// library.
 package hub
 
 import (
