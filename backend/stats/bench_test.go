@@ -39,7 +39,7 @@ func BenchmarkConsoleLoad(b *testing.B) {
 	var wg sync.WaitGroup
 	for i := range aggs {
 		aggs[i] = New(Config{Store: stor, Replica: fmt.Sprintf("bench-%d", i)})
-		if err := aggs[i].reload(ctx); err != nil {
+		if err := aggs[i].Load(ctx); err != nil {
 			b.Fatal(err)
 		}
 		wg.Add(1)

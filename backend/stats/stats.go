@@ -105,7 +105,7 @@ type Aggregator struct {
 	series  map[store.RuleKey]*series
 	pending map[int64]map[store.RuleKey]*store.FrameRule // own counts per second, not yet in a frame
 	minutes map[minuteKey]store.Counts                   // own counts per minute, not yet rolled up
-	seen    map[int64]int64                              // frame ids read from others → their second
+	seen    map[int64]int64                              // frame ids read from others → when (Unix second)
 	domains map[string]bool                              // domains of every version seen
 	version int64                                        // newest version seen
 	config  store.AlertConfig
