@@ -10,7 +10,7 @@ CREATE UNLOGGED TABLE stats_frames (
     id         bigserial   PRIMARY KEY,
     replica    text        NOT NULL,
     t          bigint      NOT NULL,            -- the second (Unix time) it counts
-    payload    jsonb       NOT NULL,            -- [{"d","r","a","l","s","e","top":[["value",n],...]}]
+    payload    json        NOT NULL,            -- [{"d","r","a","l","s","e","top":[{"value","count"}]}]
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX stats_frames_created ON stats_frames (created_at);
@@ -64,7 +64,7 @@ CREATE TABLE alert_deliveries (
     url             text        NOT NULL,
     domain          text        NOT NULL DEFAULT '',
     rule            text        NOT NULL DEFAULT '',
-    payload         jsonb       NOT NULL,
+    payload         json        NOT NULL,            -- as sent (json keeps the text)
     status          text        NOT NULL DEFAULT 'pending',  -- pending | delivered | failed
     attempts        integer     NOT NULL DEFAULT 0,
     last_error      text        NOT NULL DEFAULT '',

@@ -3,6 +3,9 @@ package stats
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -332,5 +335,60 @@ func TestHistoryRanges(t *testing.T) {
 				t.Errorf("error %v, want one saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestDeliveriesRetried(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := newStore(t)
+	var (
+		mu     sync.Mutex
+		calls  int
+		bodies []string
+	)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		bodies = append(bodies, string(b))
+		if calls <= 2 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		}
+	}))
+	defer hook.Close()
+	cfg, err := st.UpdateAlertConfig(ctx, store.AlertConfig{Webhooks: []store.Webhook{{URL: hook.URL + "/secret-path"}}}, store.Actor{Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(Config{Store: st, PublicURL: "https://console.example"})
+	a.SetConfig(cfg)
+	if n, err := a.TestAlert(ctx); err != nil || n != 1 {
+		t.Fatalf("TestAlert = %d, %v", n, err)
+	}
+	go a.deliverLoop(ctx)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ds, err := st.ListDeliveries(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 && ds[0].Status == store.DeliveryDelivered {
+			if ds[0].Attempts != 3 {
+				t.Errorf("delivered after %d attempts, want 3 (two 503s, then 200)", ds[0].Attempts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered: %+v", ds)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(bodies[0], `"event":"alert.test"`) || !strings.Contains(bodies[0], `"text":"Test alert from Sluice`) ||
+		!strings.Contains(bodies[0], `"url":"https://console.example/traffic"`) {
+		t.Errorf("body = %s", bodies[0])
 	}
 }
