@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +71,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	publicURL := strings.TrimSuffix(cfg.PublicURL, "/")
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
+		if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() {
+			publicURL = "http://localhost:" + strconv.Itoa(a.Port)
+		}
 	}
 
 	h := hub.New(st, log)
