@@ -14,6 +14,7 @@ import {
   rangeOf,
   reconnectDelay,
   ruleKey,
+  ruleTotals,
   sparkline,
   spikeBands,
   summarize,
@@ -226,5 +227,16 @@ describe('small helpers', () => {
     expect(sparkline([0, 5, 10], 20, 10)).toBe('0,10 10,5 20,0');
     expect(sparkline([0, 0], 10, 10)).toBe('0,10 10,10');
     expect(sparkline([], 10, 10)).toBe('');
+  });
+});
+
+describe('ruleTotals', () => {
+  it('adds each selected rule up, most limited first, recent seconds apart', () => {
+    const rows = ruleTotals(window().rules, { domain: 'api' }, 1000, 1900, 1895);
+    expect(rows.map((r) => [r.rule, r.total.limited, r.total.allowed, r.recent.allowed])).toEqual([
+      ['per-key', 4, 15, 5],
+      ['global', 0, 2, 2],
+    ]);
+    expect(ruleTotals(window().rules, {}, 1000, 1400, 1395)).toEqual([]);
   });
 });

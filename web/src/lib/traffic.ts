@@ -323,3 +323,38 @@ export function sparkline(values: readonly number[], width: number, height: numb
   const r = (n: number) => Math.round(n * 100) / 100;
   return values.map((v, i) => `${r(i * dx)},${r(height - (Math.max(0, v) / max) * height)}`).join(' ');
 }
+
+/** RuleTotals is one rule's row in the per-rule table: counts over the view and over its last seconds. */
+export interface RuleTotals {
+  domain: string;
+  rule: string;
+  total: Counts;
+  recent: Counts;
+}
+
+/**
+ * ruleTotals adds up each selected rule's points in [from, to], and
+ * separately those at or after recentFrom; rules with nothing in range
+ * are left out. Sorted by limited, then allowed, most first.
+ */
+export function ruleTotals(rules: Iterable<{ domain: string; rule: string; points: Iterable<StatsPoint> }>, sel: Selection, from: number, to: number, recentFrom: number): RuleTotals[] {
+  const out: RuleTotals[] = [];
+  for (const r of rules) {
+    if (!selected(r, sel)) continue;
+    const total = counts({});
+    const recent = counts({});
+    let any = false;
+    for (const p of r.points) {
+      if (p.t < from || p.t > to) continue;
+      any = true;
+      for (const c of p.t >= recentFrom ? [total, recent] : [total]) {
+        c.allowed += p.allowed || 0;
+        c.limited += p.limited || 0;
+        c.shadow_limited += p.shadow_limited || 0;
+        c.store_errors += p.store_errors || 0;
+      }
+    }
+    if (any) out.push({ domain: r.domain, rule: r.rule, total, recent });
+  }
+  return out.sort((a, b) => b.total.limited - a.total.limited || b.total.allowed - a.total.allowed || (a.rule < b.rule ? -1 : 1));
+}
