@@ -112,13 +112,13 @@ export function createChart(host: HTMLElement, o: ChartOptions): Chart {
       y: { range: (_u, _min, max) => [0, niceMax(max)] },
     },
     axes: [
-      { ...axis },
+      { ...axis, space: 90 },
       { ...axis, size: 56, values: (_u, splits) => splits.map((v) => formatTick(v)) },
     ],
     series: [
       {},
       { label: seriesNames[0], stroke: c.allowed, width: 1.5, points: { show: false } },
-      { label: seriesNames[1], stroke: c.limited, width: 2, points: { show: false } },
+      { label: seriesNames[1], stroke: c.limited, fill: c.spike, width: 2, points: { show: false } },
       { label: seriesNames[2], stroke: c.shadow, width: 1.5, dash: [6, 4], points: { show: false } },
       { label: seriesNames[3], stroke: c.errors, width: 1.5, dash: [2, 3], points: { show: false } },
     ],
