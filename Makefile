@@ -54,7 +54,7 @@ ui-test: services build
 build: ui
 	$(GO) build -o bin/sluice ./cmd/sluice
 
-# Console on :8080, enforcer on :8081 (HTTP) and :8082 (gRPC), demo rules; Ctrl-C stops.
+# Console on :8080, enforcer on :8081 (HTTP) and :8082 (gRPC), demo rules and demo traffic; Ctrl-C stops.
 # The app uses database "sluice" on the server that services.sh settled on.
 run: services build
 	. ./$(ENV) && DATABASE_URL="$$APP_DATABASE_URL" exec bin/sluice dev

@@ -12,10 +12,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/backend/api"
 	"github.com/sluicehq/sluice/backend/hub"
+	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/web"
 )
@@ -30,6 +32,15 @@ type Config struct {
 	// X-Forwarded-For names the client, for audit IPs and sign-in
 	// throttling. Empty trusts none.
 	TrustedProxies []string
+	// PublicURL is the console's address as users reach it, for the links
+	// in alerts; empty means http:// and the listen address.
+	PublicURL string
+	// StatsRetention is how long per-minute traffic history is kept
+	// (stats.DefaultRetention when zero).
+	StatsRetention time.Duration
+	// SpikeWarmup is how long a rule is watched before its spikes are
+	// judged (stats.DefaultSpikeWarmup when zero); tests shorten it.
+	SpikeWarmup time.Duration
 }
 
 // Run migrates the database, bootstraps the admin user if there are no
@@ -51,23 +62,36 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	if err := bootstrapAdmin(ctx, st, cfg.AdminPassword, out); err != nil {
 		return err
 	}
-	h := hub.New(st, log)
-	hubCtx, stopHub := context.WithCancel(ctx)
-	hubDone := make(chan error, 1)
-	go func() { hubDone <- h.Run(hubCtx, cfg.DatabaseURL) }()
-	defer func() { // before st.Close: the hub writes the registry one last time
-		stopHub()
-		if err := <-hubDone; err != nil {
-			log.Warn("node hub", "error", err)
-		}
-	}()
-	handler := api.New(api.Config{Store: st, Hub: h, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies,
-		TrustedProxies: cfg.TrustedProxies})
-
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	defer ln.Close()
+	publicURL := strings.TrimSuffix(cfg.PublicURL, "/")
+	if publicURL == "" {
+		publicURL = "http://" + ln.Addr().String()
+	}
+
+	h := hub.New(st, log)
+	agg := stats.New(stats.Config{Store: st, Log: log.With("component", "stats"), Replica: h.ID(),
+		Retention: cfg.StatsRetention, PublicURL: publicURL, SpikeWarmup: cfg.SpikeWarmup})
+	h.SetStatsSink(agg)
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	hubDone, aggDone := make(chan error, 1), make(chan error, 1)
+	go func() { hubDone <- h.Run(bgCtx, cfg.DatabaseURL) }()
+	go func() { aggDone <- agg.Run(bgCtx) }()
+	defer func() { // before st.Close: both write to Postgres one last time
+		stopBackground()
+		if err := <-hubDone; err != nil {
+			log.Warn("node hub", "error", err)
+		}
+		if err := <-aggDone; err != nil {
+			log.Warn("stats", "error", err)
+		}
+	}()
+	handler := api.New(api.Config{Store: st, Hub: h, Stats: agg, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies,
+		TrustedProxies: cfg.TrustedProxies})
+
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,

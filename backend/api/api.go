@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/backend/hub"
+	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -40,6 +42,7 @@ const (
 type Config struct {
 	Store *store.Store
 	Hub   *hub.Hub
+	Stats *stats.Aggregator
 	Log   *slog.Logger
 	UI    http.Handler // the embedded web UI, served for non-API paths
 	// SecureCookies marks session cookies Secure (set when serving TLS or
@@ -59,6 +62,7 @@ type Config struct {
 type API struct {
 	store    *store.Store
 	hub      *hub.Hub
+	stats    *stats.Aggregator
 	log      *slog.Logger
 	secure   bool
 	engine   *gin.Engine
@@ -68,6 +72,10 @@ type API struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 }
+
+// The console never runs gin in debug mode, not even for the throwaway
+// engine CheckProxies builds before New.
+func init() { gin.SetMode(gin.ReleaseMode) }
 
 // CheckProxies reports the first entry of a trusted-proxy list that is
 // neither an IP address nor a CIDR.
@@ -80,8 +88,7 @@ func CheckProxies(proxies []string) error {
 
 // New builds the router.
 func New(cfg Config) *API {
-	gin.SetMode(gin.ReleaseMode)
-	a := &API{store: cfg.Store, hub: cfg.Hub, log: cfg.Log, secure: cfg.SecureCookies, engine: gin.New(),
+	a := &API{store: cfg.Store, hub: cfg.Hub, stats: cfg.Stats, log: cfg.Log, secure: cfg.SecureCookies, engine: gin.New(),
 		throttle: cfg.LoginThrottle, openapi: openAPIJSON}
 	if a.throttle == nil {
 		a.throttle = newThrottle(nil)
@@ -156,6 +163,16 @@ func New(cfg Config) *API {
 
 	v1.GET("/nodes", viewer, a.listNodes)
 	v1.GET("/nodes/stream", a.require(store.RoleNode), a.nodeStream)
+
+	v1.GET("/stats/totals", viewer, a.h(a.statsTotals))
+	v1.GET("/stats/live", viewer, a.h(a.statsLive))
+	v1.GET("/stats/history", viewer, a.h(a.statsHistory))
+	v1.GET("/stats/domains", viewer, a.h(a.statsDomains))
+	v1.GET("/stats/settings", viewer, a.h(a.statsSettings))
+	v1.GET("/stats/stream", viewer, a.statsStream)
+	v1.GET("/alerts", admin, a.h(a.getAlerts))
+	v1.PUT("/alerts", admin, a.h(a.putAlerts))
+	v1.POST("/alerts/test", admin, a.h(a.testAlert))
 
 	r.NoRoute(func(c *gin.Context) {
 		if strings.HasPrefix(c.Request.URL.Path, "/api/") {
@@ -252,6 +269,27 @@ func (a *API) fail(c *gin.Context, err error) {
 		a.log.ErrorContext(c, "request failed", "route", c.FullPath(), "request_id", c.GetString("request_id"), "error", err)
 		c.AbortWithStatusJSON(http.StatusInternalServerError, errorBody("internal", "internal error", nil))
 	}
+}
+
+// h adapts a handler that returns an error: fail answers for it.
+func (a *API) h(fn func(c *gin.Context) error) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := fn(c); err != nil {
+			a.fail(c, err)
+		}
+	}
+}
+
+// checkText refuses text that holds a NUL byte or is not valid UTF-8,
+// naming the field.
+func checkText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return badRequest("%s is not valid UTF-8", field)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return badRequest("%s holds a NUL byte", field)
+	}
+	return nil
 }
 
 // decode reads a JSON body strictly: bounded size, unknown fields refused.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend/api"
 	"github.com/sluicehq/sluice/backend/hub"
+	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -73,7 +74,8 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a := api.New(api.Config{Store: st, Hub: hub.New(st, log), Log: log, LoginThrottle: api.NewTestThrottle(clk.now)})
+	a := api.New(api.Config{Store: st, Hub: hub.New(st, log), Stats: stats.New(stats.Config{Store: st, Log: log}), Log: log,
+		LoginThrottle: api.NewTestThrottle(clk.now)})
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
 	f := &fixture{api: a, url: url, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{}}
@@ -255,6 +257,16 @@ var scenarios = []scenario{
 	{route: "GET /api/v1/nodes", path: "/api/v1/nodes", auth: "viewer", ok: 200},
 	// A plain GET is not a websocket handshake: the node is let in and told so.
 	{route: "GET /api/v1/nodes/stream", path: "/api/v1/nodes/stream", auth: "node", ok: 426},
+	{route: "GET /api/v1/stats/totals", path: "/api/v1/stats/totals?domain=api", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/stats/live", path: "/api/v1/stats/live?domain=api", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/stats/history", path: "/api/v1/stats/history?domain=api&step=300", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/stats/domains", path: "/api/v1/stats/domains", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/stats/settings", path: "/api/v1/stats/settings", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/stats/stream", path: "/api/v1/stats/stream", auth: "viewer", ok: 426},
+	{route: "GET /api/v1/alerts", path: "/api/v1/alerts", auth: "admin", ok: 200},
+	{route: "PUT /api/v1/alerts", path: "/api/v1/alerts", body: `{"webhooks":[],"spike_defaults":{"floor_per_s":5,"factor":5,"for_s":3},"domains":{"api":{"mask_values":true}}}`, auth: "admin", ok: 200},
+	// No webhook is configured: nothing to test.
+	{route: "POST /api/v1/alerts/test", path: "/api/v1/alerts/test", auth: "admin", ok: 409},
 }
 
 // seedScenarios creates what the scenarios act on.

@@ -96,7 +96,21 @@ type Hub struct {
 	kick    chan struct{}
 
 	encodes atomic.Int64 // snapshots serialized, for tests
+
+	stats StatsSink // nil: stats reports only feed the node rates
 }
+
+// StatsSink takes the nodes' stats reports (backend/stats.Aggregator).
+type StatsSink interface {
+	// Ingest adds a report received at at; an error refuses it whole.
+	Ingest(s *wire.Stats, at time.Time) error
+	// Refused counts a report the hub refused as malformed.
+	Refused(reason string)
+}
+
+// SetStatsSink makes every valid stats report reach s. Call it before
+// Serve.
+func (h *Hub) SetStatsSink(s StatsSink) { h.stats = s }
 
 // encoded is one version's snapshot message, serialized once.
 type encoded struct {
@@ -117,6 +131,10 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 		conns: make(map[string]*conn), kick: make(chan struct{}, 1),
 	}
 }
+
+// ID returns this console replica's id (a node's "console" in the
+// registry).
+func (h *Hub) ID() string { return h.id }
 
 // Run keeps the registry flushed to Postgres and, when databaseURL is not
 // empty, listens for versions published by any replica and pushes them. It
@@ -619,9 +637,19 @@ func (h *Hub) handle(c *conn, msg any) error {
 			"applied_version", c.node.AppliedVersion, "error", truncate(m.Error, 500))
 	case *wire.Stats:
 		if err := m.Validate(); err != nil {
+			if h.stats != nil {
+				h.stats.Refused("invalid")
+			}
 			return closeError{code: websocket.StatusPolicyViolation, reason: err.Error()}
 		}
 		c.node.Rates = rates(m, now)
+		if h.stats != nil {
+			// A refused report is counted by the sink and never
+			// aggregated; the node stays connected for its snapshots.
+			if err := h.stats.Ingest(m, now); err != nil && h.log.Enabled(context.Background(), slog.LevelDebug) {
+				h.log.Debug("stats report refused", "node_id", c.node.ID, "error", err)
+			}
+		}
 		return nil // soft: written at most every softFlushEvery
 	default:
 		return closeError{code: websocket.StatusPolicyViolation, reason: fmt.Sprintf("unexpected %s message from a node", wireType(msg))}

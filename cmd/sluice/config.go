@@ -10,12 +10,14 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"time"
 )
 
 // flagSet is a FlagSet whose flags take their defaults from the environment.
 type flagSet struct {
 	*flag.FlagSet
 	getenv func(string) string
+	badEnv []string // environment values that could not be read
 }
 
 func newFlagSet(name string, getenv func(string) string, stderr io.Writer) *flagSet {
@@ -47,8 +49,25 @@ func (f *flagSet) bool(p *bool, name, env string, def bool, help string) {
 	f.BoolVar(p, name, def, help+" (env "+env+")")
 }
 
+// duration defines a duration flag defaulting to env, then to def. An env
+// value that is not a duration is an error at parse time.
+func (f *flagSet) duration(p *time.Duration, name, env string, def time.Duration, help string) {
+	if v := f.getenv(env); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			def = d
+		} else {
+			f.badEnv = append(f.badEnv, fmt.Sprintf("%s=%q is not a duration like 720h", env, v))
+		}
+	}
+	f.DurationVar(p, name, def, help+" (env "+env+")")
+}
+
 // parse parses args; -h prints usage and ends with status 0.
 func (f *flagSet) parse(args []string) error {
+	if len(f.badEnv) > 0 {
+		fmt.Fprintln(f.Output(), strings.Join(f.badEnv, "\n"))
+		return exitError{2}
+	}
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitError{0}

@@ -25,35 +25,62 @@ import (
 )
 
 // demoDomain is published by "sluice dev" when the demo domain is absent.
+// Its demo-* keys, addresses and /search limit are what the demo traffic
+// (demo.go) sends checks against.
 const demoDomain = `domain: demo
 descriptors:
   # Each API key may make 5 requests a minute, in bursts of up to 5.
   - key: api_key
     rate_limit: {unit: minute, requests_per_unit: 5, name: per-key}
+  # The keys of the demo traffic (demo-key-1, ..., demo-hot-key) may each
+  # make 10 requests a second.
+  - key: api_key
+    value: demo-*
+    rate_limit: {unit: second, requests_per_unit: 10, name: per-demo-key}
   # Each client address may make 10 requests a second.
   - key: remote_address
     rate_limit: {unit: second, requests_per_unit: 10, name: per-address}
+  # A limit on /search tried out before it is enforced: shadow mode counts
+  # what it would reject and rejects nothing.
+  - key: route
+    value: /search
+    rate_limit: {unit: second, requests_per_unit: 5, name: search-shadow}
+    shadow_mode: true
 `
 
-// runDev runs a console and an enforcer in one process, wired through the
-// real API and websocket, and publishes demo rules: the first-try setup.
-func runDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var console backend.Config
-	var node enforcer.Config
-	var logLevel string
+// devConfig is the configuration of "sluice dev".
+type devConfig struct {
+	console     backend.Config
+	node        enforcer.Config
+	logLevel    string
+	demoTraffic bool
+}
+
+func parseDevFlags(args []string, getenv func(string) string, stderr io.Writer) (devConfig, error) {
+	var c devConfig
 	fs := newFlagSet("dev", getenv, stderr)
-	fs.string(&console.Listen, "console-listen", "SLUICE_CONSOLE_LISTEN", ":8080", "console address")
-	fs.string(&console.DatabaseURL, "database-url", "DATABASE_URL", defaultDatabaseURL, "Postgres URL")
-	fs.string(&console.AdminPassword, "admin-password", "SLUICE_ADMIN_PASSWORD", "", "admin password (default: generated once and kept in the state dir)")
-	fs.string(&node.RedisURL, "redis-url", "REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
-	fs.string(&node.HTTPAddr, "listen", "SLUICE_LISTEN", ":8081", "enforcer HTTP address")
-	fs.string(&node.GRPCAddr, "grpc-listen", "SLUICE_GRPC_LISTEN", ":8082", "enforcer gRPC address")
-	fs.string(&node.StateDir, "state-dir", "SLUICE_STATE_DIR", ".data/dev", "directory for dev state (admin password, node token, snapshot)")
-	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
-	if err := fs.parse(args); err != nil {
+	fs.string(&c.console.Listen, "console-listen", "SLUICE_CONSOLE_LISTEN", ":8080", "console address")
+	fs.string(&c.console.DatabaseURL, "database-url", "DATABASE_URL", defaultDatabaseURL, "Postgres URL")
+	fs.string(&c.console.AdminPassword, "admin-password", "SLUICE_ADMIN_PASSWORD", "", "admin password (default: generated once and kept in the state dir)")
+	fs.string(&c.node.RedisURL, "redis-url", "REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
+	fs.string(&c.node.HTTPAddr, "listen", "SLUICE_LISTEN", ":8081", "enforcer HTTP address")
+	fs.string(&c.node.GRPCAddr, "grpc-listen", "SLUICE_GRPC_LISTEN", ":8082", "enforcer gRPC address")
+	fs.string(&c.node.StateDir, "state-dir", "SLUICE_STATE_DIR", ".data/dev", "directory for dev state (admin password, node token, snapshot)")
+	fs.string(&c.logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.bool(&c.demoTraffic, "demo-traffic", "SLUICE_DEMO_TRAFFIC", true, "send demo checks to the enforcer: steady traffic and a periodic burst on one key")
+	return c, fs.parse(args)
+}
+
+// runDev runs a console and an enforcer in one process, wired through the
+// real API and websocket, publishes demo rules and, unless turned off,
+// sends demo traffic: the first-try setup.
+func runDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseDevFlags(args, getenv, stderr)
+	if err != nil {
 		return err
 	}
-	log, err := newLogger(logLevel, stderr)
+	console, node := cfg.console, cfg.node
+	log, err := newLogger(cfg.logLevel, stderr)
 	if err != nil {
 		return err
 	}
@@ -67,10 +94,17 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 	}
 
+	var demo *demoConfig // nil: no demo traffic
+	if cfg.demoTraffic {
+		d := demoConfig{}.withDefaults()
+		demo = &d
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
 	consoleAddr := make(chan net.Addr, 1)
+	enforcerAddr := make(chan net.Addr, 1)
 	g.Go(func() error {
 		return backend.Run(ctx, console, log.With("component", "console"), stdout, func(a net.Addr) { consoleAddr <- a })
 	})
@@ -97,22 +131,43 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 		node.StateDir = filepath.Join(node.StateDir, "enforcer")
 		node.Build = buildVersion()
 		return enforcer.Run(ctx, node, log.With("component", "enforcer"), func(httpAddr, grpcAddr net.Addr) {
-			fmt.Fprintf(stdout, `
-Sluice is running.
-  Console UI:   %s   (user admin, password %s)
-  Enforcer:     HTTP http://%s   gRPC %s
-  Try it:       for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -X POST http://%s/json \
-                  -d '{"domain":"demo","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}'; done
-Press Ctrl-C to stop.
-`, consoleURL, console.AdminPassword, listenAddr(httpAddr), listenAddr(grpcAddr), listenAddr(httpAddr))
+			devBanner(stdout, consoleURL, console.AdminPassword, listenAddr(httpAddr), listenAddr(grpcAddr), demo)
+			enforcerAddr <- httpAddr
 		})
 	})
+	if demo != nil {
+		g.Go(func() error {
+			select {
+			case addr := <-enforcerAddr:
+				newDemoTraffic("http://"+listenAddr(addr), *demo, log.With("component", "demo")).Run(ctx)
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}
 	err = g.Wait()
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	fmt.Fprintln(stdout, "Sluice stopped.")
 	return err
+}
+
+// devBanner prints where everything runs and how to try it, and the demo
+// traffic's schedule unless demo is nil.
+func devBanner(w io.Writer, consoleURL, password, httpAddr, grpcAddr string, demo *demoConfig) {
+	fmt.Fprintf(w, `
+Sluice is running.
+  Console UI:   %s   (user admin, password %s)
+  Enforcer:     HTTP http://%s   gRPC %s
+  Try it:       for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code}\n' -X POST http://%s/json \
+                  -d '{"domain":"demo","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}'; done
+`, consoleURL, password, httpAddr, grpcAddr, httpAddr)
+	if demo != nil {
+		fmt.Fprintf(w, "  Demo traffic: on, %d checks/s and a burst on %s every %s; --demo-traffic=false turns it off\n",
+			demo.Rate, demo.HotKey, demo.Period)
+	}
+	fmt.Fprintln(w, "Press Ctrl-C to stop.")
 }
 
 // devSecret reads a secret kept in path, creating it on first use.

@@ -1,0 +1,57 @@
+package hub
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"nhooyr.io/websocket"
+)
+
+// Feed is the source of one browser's live stream (a
+// backend/stats.Subscription): JSON messages, and a signal that the
+// browser fell too far behind.
+type Feed interface {
+	Messages() <-chan []byte
+	Dropped() <-chan struct{}
+	Close()
+}
+
+// streamWriteTimeout bounds one write to a browser.
+const streamWriteTimeout = 5 * time.Second
+
+// ServeStream upgrades an already-authenticated request to a browser's
+// live stream and sends feed's messages until the browser leaves, a write
+// times out, the feed drops it (1008 with the reason: reconnect and load
+// the window again) or ctx ends (1001). Messages from the browser are not
+// expected; their size is bounded.
+func ServeStream(ctx context.Context, w http.ResponseWriter, r *http.Request, feed Feed) {
+	defer feed.Close()
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept has written the HTTP error
+	}
+	ws.SetReadLimit(4 << 10)
+	rctx := ws.CloseRead(context.Background()) // ends when the browser closes
+	for {
+		select {
+		case <-ctx.Done():
+			ws.Close(websocket.StatusGoingAway, "console shutting down")
+			return
+		case <-rctx.Done():
+			ws.CloseNow()
+			return
+		case <-feed.Dropped():
+			ws.Close(websocket.StatusPolicyViolation, "too slow: reconnect for the latest window")
+			return
+		case m := <-feed.Messages():
+			wctx, cancel := context.WithTimeout(ctx, streamWriteTimeout)
+			err := ws.Write(wctx, websocket.MessageText, m)
+			cancel()
+			if err != nil {
+				ws.CloseNow()
+				return
+			}
+		}
+	}
+}

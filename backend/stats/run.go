@@ -1,0 +1,260 @@
+package stats
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/backend/store"
+)
+
+// Timing of the exchange between replicas.
+const (
+	// exchangeEvery is how often a replica writes its closed seconds and
+	// reads the other replicas' frames.
+	exchangeEvery = 200 * time.Millisecond
+	// recentFrames is how far back a replica looks for frames it has not
+	// read (a frame is read within exchangeEvery of being written; the
+	// margin covers a slow database).
+	recentFrames = 60 * time.Second
+	// frameKeep is how long frames stay in Postgres.
+	frameKeep = 20 * time.Minute
+	// tickDelay is how long after a second ends its tick goes to the
+	// browsers: time for the other replicas' frames of it to arrive.
+	tickDelay = 600 * time.Millisecond
+	// rollupDelay is how long after a minute ends it is rolled up.
+	rollupDelay = 2 * time.Second
+	// reloadEvery is how often settings, versions and spikes are re-read.
+	reloadEvery = time.Second
+)
+
+// Run exchanges frames with the other replicas, writes rollups, feeds the
+// streams, and (on the leading replica) finds spikes and sends alerts,
+// until ctx ends; then it writes what its nodes counted one last time.
+func (a *Aggregator) Run(ctx context.Context) error {
+	if err := a.reload(ctx); err != nil && ctx.Err() == nil {
+		a.log.Warn("read stats settings", "error", err)
+	}
+	if err := a.loadRecent(ctx); err != nil && ctx.Err() == nil {
+		a.log.Warn("load recent stats", "error", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.st.Lead(ctx, leaderLock, 5*time.Second, a.lead)
+	}()
+
+	exchange := time.NewTicker(exchangeEvery)
+	defer exchange.Stop()
+	tick := time.NewTimer(untilTick(a.now()))
+	defer tick.Stop()
+	reload := time.NewTicker(reloadEvery)
+	defer reload.Stop()
+	retention := time.NewTicker(time.Hour)
+	defer retention.Stop()
+	failing := false
+	var spikesSeen time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			<-done
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			a.flush(fctx, true)
+			return nil
+		case <-exchange.C:
+			err := a.exchange(ctx)
+			switch {
+			case err != nil && !failing && ctx.Err() == nil:
+				a.log.Warn("exchange stats with the other replicas; will retry", "error", err)
+				failing = true
+			case err == nil && failing:
+				a.log.Info("exchanging stats again")
+				failing = false
+			}
+		case <-tick.C:
+			now := a.now()
+			a.tick(now.Unix() - 1)
+			tick.Reset(untilTick(now))
+		case <-reload.C:
+			if err := a.reload(ctx); err != nil && ctx.Err() == nil {
+				a.log.Debug("reload stats settings", "error", err)
+			}
+			spikesSeen = a.pollSpikes(ctx, spikesSeen)
+		case <-retention.C:
+			a.prune(ctx)
+		}
+	}
+}
+
+// untilTick is the wait from now until the next tick: tickDelay past the
+// next second.
+func untilTick(now time.Time) time.Duration {
+	next := now.Truncate(time.Second).Add(tickDelay)
+	if !next.After(now) {
+		next = next.Add(time.Second)
+	}
+	return next.Sub(now)
+}
+
+// loadRecent fills the series with every replica's frames of the window,
+// so a replica that starts answers for the fleet at once.
+func (a *Aggregator) loadRecent(ctx context.Context) error {
+	frames, err := a.st.FramesSince(ctx, a.now().Unix()-WindowSeconds+1)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, f := range frames {
+		a.seen[f.ID] = f.T
+		a.applyFrameLocked(f)
+	}
+	return nil
+}
+
+// exchange writes this replica's closed seconds and reads the frames of
+// the other replicas it has not read yet.
+func (a *Aggregator) exchange(ctx context.Context) error {
+	if err := a.flush(ctx, false); err != nil {
+		return err
+	}
+	ids, err := a.st.RecentFrameIDs(ctx, a.replica, recentFrames)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	unread := make([]int64, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := a.seen[id]; !ok {
+			unread = append(unread, id)
+		}
+	}
+	a.mu.Unlock()
+	frames, err := a.st.FindFrames(ctx, unread)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, f := range frames {
+		if _, ok := a.seen[f.ID]; ok {
+			continue
+		}
+		a.seen[f.ID] = f.T
+		a.applyFrameLocked(f)
+	}
+	// Forget ids too old to be listed again.
+	oldest := a.now().Add(-2 * recentFrames).Unix()
+	maps.DeleteFunc(a.seen, func(_ int64, t int64) bool { return t < oldest })
+	return nil
+}
+
+// flush writes the closed seconds' frames and the closed minutes' rollups
+// of this replica's nodes (all of them when final, at shutdown). What
+// cannot be written stays pending for the next flush while it is still
+// within the window.
+func (a *Aggregator) flush(ctx context.Context, final bool) error {
+	now := a.now()
+	a.mu.Lock()
+	cutoff := now.Unix()
+	if final {
+		cutoff++
+	}
+	var frames []store.Frame
+	for t, rules := range a.pending {
+		if t >= cutoff {
+			continue
+		}
+		delete(a.pending, t)
+		if t <= now.Unix()-WindowSeconds {
+			continue // too old to matter to anyone
+		}
+		f := store.Frame{T: t, Rules: make([]store.FrameRule, 0, len(rules))}
+		for _, r := range rules {
+			f.Rules = append(f.Rules, *r)
+		}
+		frames = append(frames, f)
+	}
+	minuteCutoff := now.Add(-rollupDelay).Unix()
+	minuteCutoff -= minuteCutoff % 60
+	if final {
+		minuteCutoff = now.Unix() + 60
+	}
+	var rollups []store.MinuteCounts
+	for k, c := range a.minutes {
+		if k.minute >= minuteCutoff {
+			continue
+		}
+		delete(a.minutes, k)
+		rollups = append(rollups, store.MinuteCounts{Minute: time.Unix(k.minute, 0).UTC(), RuleCounts: store.RuleCounts{RuleKey: k.RuleKey, Counts: c}})
+	}
+	a.mu.Unlock()
+
+	slices.SortFunc(frames, func(x, y store.Frame) int { return int(x.T - y.T) })
+	var ferr error
+	if err := a.st.WriteFrames(ctx, a.replica, frames); err != nil {
+		ferr = err
+		a.mu.Lock()
+		for _, f := range frames {
+			rules := a.pending[f.T]
+			if rules == nil {
+				rules = make(map[store.RuleKey]*store.FrameRule)
+				a.pending[f.T] = rules
+			}
+			for _, r := range f.Rules {
+				k := store.RuleKey{Domain: r.Domain, Rule: r.Rule}
+				if old := rules[k]; old != nil {
+					old.A, old.L, old.S, old.E = old.A+r.A, old.L+r.L, old.S+r.S, old.E+r.E
+					old.Top = mergeTop(old.Top, r.Top)
+				} else {
+					rules[k] = &r
+				}
+			}
+		}
+		a.mu.Unlock()
+	}
+	if err := a.st.AddMinutes(ctx, rollups); err != nil {
+		a.mu.Lock()
+		for _, r := range rollups {
+			k := minuteKey{r.Minute.Unix(), r.RuleKey}
+			c := a.minutes[k]
+			c.Add(r.Counts)
+			a.minutes[k] = c
+		}
+		a.mu.Unlock()
+		return err
+	}
+	return ferr
+}
+
+// prune applies retention to the tables and forgets series that have been
+// empty for the whole window.
+func (a *Aggregator) prune(ctx context.Context) {
+	now := a.now()
+	if _, err := a.st.DeleteFramesBefore(ctx, now.Add(-frameKeep)); err != nil {
+		a.log.Warn("delete old stats frames", "error", err)
+	}
+	before := now.Add(-a.retention)
+	if _, err := a.st.DeleteMinutesBefore(ctx, before); err != nil {
+		a.log.Warn("delete old stats rollups", "error", err)
+	}
+	if err := a.st.DeleteSpikesBefore(ctx, before); err != nil {
+		a.log.Warn("delete old spikes", "error", err)
+	}
+	if err := a.st.DeleteDeliveriesBefore(ctx, before); err != nil {
+		a.log.Warn("delete old alert deliveries", "error", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	oldest := now.Unix() - WindowSeconds
+	maps.DeleteFunc(a.series, func(_ store.RuleKey, s *series) bool {
+		for i := range s.slots {
+			if s.slots[i].t > oldest {
+				return false
+			}
+		}
+		return true
+	})
+}
