@@ -93,9 +93,10 @@ function checkSpike(prefix: string, floor: number | null, factor: number | null,
     }
     if (!ok(v)) out.push({ field: `${prefix}${field}`, message: `${what} ${rule}.` });
   };
-  need(floor, 'floor_per_s', 'The floor', (n) => n >= 0, 'must be 0 or more 429/s');
-  need(factor, 'factor', 'The factor', (n) => n > 1, 'must be more than 1 (× the baseline)');
-  need(forS, 'for_s', 'The duration', (n) => n >= 1 && Number.isInteger(n), 'must be a whole number of seconds, at least 1');
+  // The console's bounds (backend/api/stats.go); 0 there means "the default".
+  need(floor, 'floor_per_s', 'The floor', (n) => n >= 0 && n <= 1e9, 'must be within 0 to 1,000,000,000 429/s');
+  need(factor, 'factor', 'The factor', (n) => n >= 1 && n <= 1000, 'must be within 1 to 1,000 (× the baseline)');
+  need(forS, 'for_s', 'The duration', (n) => n >= 1 && n <= 3600 && Number.isInteger(n), 'must be a whole number of seconds from 1 to 3,600');
 }
 
 /** validate lists what stops the form from being saved; field names are ids of the form's inputs. */

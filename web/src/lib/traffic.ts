@@ -7,7 +7,7 @@
 // /stats/live and then moved along by the websocket's per-second ticks.
 import type { Counts, Marker, RuleStats, Spike, StatsPoint, StatsWindow, TickRule, TopValue } from './api';
 
-/** liveSpan is the live window's length in seconds (GET /stats/live: now-900 .. now). */
+/** liveSpan is the live window's length in seconds: GET /stats/live has from = to-899 .. to, 900 seconds. */
 export const liveSpan = 900;
 
 /** maxTopValues is how many most-limited values a rule keeps between resyncs. */
@@ -171,7 +171,7 @@ function liveRule(domain: string, rule: string): LiveRule {
 export function liveFrom(w: StatsWindow): Live {
   const live: Live = { from: w.from, to: w.to, rules: new Map(), markers: [...w.markers], spikes: [...w.spikes] };
   if (live.to <= 0) live.to = Math.floor(Date.now() / 1000) - 1;
-  if (live.from <= 0 || live.from > live.to) live.from = live.to - liveSpan;
+  if (live.from <= 0 || live.from > live.to) live.from = live.to - liveSpan + 1;
   for (const r of w.rules) {
     const lr = liveRule(r.domain, r.rule);
     lr.masked = r.masked === true;
@@ -208,7 +208,7 @@ export function mergeTick(live: Live, t: number, rules: readonly TickRule[]): bo
   }
   if (t > live.to) {
     live.to = t;
-    live.from = t - liveSpan;
+    live.from = t - liveSpan + 1;
     for (const r of live.rules.values()) {
       for (const pt of r.points.keys()) if (pt < live.from) r.points.delete(pt);
     }
