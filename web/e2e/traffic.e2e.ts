@@ -6,6 +6,7 @@
 // details, the hot key heads the most-limited table, and the switch to
 // history draws the per-minute rollups.
 import { mkdirSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -259,6 +260,57 @@ describe('the Live traffic page', () => {
     await spark.click();
     await page.getByRole('heading', { level: 1, name: 'Live traffic' }).waitFor();
     expect(new URL(page.url()).searchParams.get('domain')).toBe(domain);
+  });
+
+  it('lets an admin add a webhook, send it a test alert and see it delivered, and confirms removing it', async () => {
+    const received: { event?: string; text?: string }[] = [];
+    const hook = createServer((req, res) => {
+      let body = '';
+      req.on('data', (b: Buffer) => (body += b.toString()));
+      req.on('end', () => {
+        received.push(JSON.parse(body) as { event?: string; text?: string });
+        res.writeHead(204).end();
+      });
+    });
+    await new Promise<void>((r) => hook.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(hook.address() as { port: number }).port}/hook`;
+    try {
+      await page.getByRole('link', { name: 'Alerts' }).click();
+      await page.getByRole('heading', { level: 1, name: 'Alerts' }).waitFor();
+      await page.getByRole('button', { name: 'Add a webhook' }).click();
+      await page.getByLabel('Webhook URL 1').fill(url);
+      await page.getByRole('button', { name: 'Add a domain override' }).click();
+      await page.getByLabel('Factor of').fill('4');
+      await page.getByRole('button', { name: 'Save', exact: true }).click();
+      await page.getByText('Saved the alert settings.').waitFor();
+      const saved = await admin.call<{ webhooks: { url: string; events: string[] }[]; domains: Record<string, { factor?: number }> }>('GET', '/api/v1/alerts');
+      expect(saved.webhooks).toEqual([{ url, events: ['spike.start', 'spike.end'] }]);
+      expect(Object.values(saved.domains)[0]?.factor).toBe(4);
+
+      await page.getByRole('button', { name: 'Send a test alert' }).click();
+      await page.getByText(/Queued a test alert to 1 webhook/).waitFor();
+      await eventually(async () => expect(received.length).toBeGreaterThan(0), 15_000, 'the test alert at the webhook');
+      expect(typeof received[0].text).toBe('string');
+      await eventually(
+        async () => {
+          await page.getByRole('button', { name: 'Refresh' }).click();
+          await page.getByTestId('deliveries').locator('tr', { hasText: 'delivered' }).first().waitFor({ timeout: 1000 });
+        },
+        15_000,
+        'the delivery shown as delivered',
+      );
+      await page.screenshot({ path: join(shots, '33-alerts.png'), fullPage: true });
+
+      await page.getByRole('button', { name: 'Remove webhook 1' }).click();
+      await page.getByRole('button', { name: 'Save', exact: true }).click();
+      const dialog = page.getByRole('dialog', { name: 'Stop alerting these webhooks?' });
+      await dialog.getByText(url).waitFor();
+      await dialog.getByRole('button', { name: 'Save and remove' }).click();
+      await page.getByTestId('unsaved').waitFor({ state: 'detached' });
+      expect((await admin.call<{ webhooks: unknown[] }>('GET', '/api/v1/alerts')).webhooks).toEqual([]);
+    } finally {
+      hook.close();
+    }
   });
 
   it('logged no CSP violation and no uncaught error', () => {
