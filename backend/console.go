@@ -75,6 +75,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	h := hub.New(st, log)
 	agg := stats.New(stats.Config{Store: st, Log: log.With("component", "stats"), Replica: h.ID(),
 		Retention: cfg.StatsRetention, PublicURL: publicURL, SpikeWarmup: cfg.SpikeWarmup})
+	if err := agg.Load(ctx); err != nil {
+		log.Warn("load live traffic; it fills as nodes report", "error", err)
+	}
 	h.SetStatsSink(agg)
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	hubDone, aggDone := make(chan error, 1), make(chan error, 1)

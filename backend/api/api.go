@@ -240,6 +240,7 @@ func (a *API) fail(c *gin.Context, err error) {
 		ce  *store.ConflictError
 		ie  *store.InvalidError
 		re  *store.RefusedError
+		te  *store.SnapshotTooLargeError
 		big *http.MaxBytesError
 	)
 	switch {
@@ -251,6 +252,9 @@ func (a *API) fail(c *gin.Context, err error) {
 		c.AbortWithStatusJSON(http.StatusConflict, errorBody("conflict", ce.Error(), gin.H{"changed_in": ce.ChangedIn, "base_version": ce.Base}))
 	case errors.As(err, &ie):
 		c.AbortWithStatusJSON(http.StatusBadRequest, errorBody("bad_request", ie.Reason, nil))
+	case errors.As(err, &te):
+		c.AbortWithStatusJSON(http.StatusUnprocessableEntity, errorBody("snapshot_too_large", te.Error(),
+			gin.H{"bytes": te.Bytes, "max_bytes": te.Max}))
 	case errors.As(err, &re):
 		c.AbortWithStatusJSON(http.StatusConflict, errorBody("conflict", re.Reason, nil))
 	case errors.Is(err, store.ErrSelfApproval):

@@ -17,8 +17,10 @@
 // The registry lives in memory for the nodes of this replica and is written
 // to Postgres in batches by one flusher (every flushInterval, or sooner when
 // many updates are pending), so acks from a thousand nodes cost a few
-// statements, not a thousand. It is the only console package that imports
-// the websocket library.
+// statements, not a thousand. Stats reports go to a StatsSink (the live
+// traffic aggregator), and ServeStream serves the browsers' live traffic
+// streams: it is the only console package that imports the websocket
+// library.
 package hub
 
 import (
@@ -227,7 +229,8 @@ func (h *Hub) flushLoop(ctx context.Context) {
 // flush writes the registry rows that changed: every hard change (hello,
 // ack, nack, disconnect), last_seen and rates at most every softFlushEvery,
 // and a heartbeat for every connected node. On failure the changes stay
-// pending for the next flush.
+// pending for the next flush, except rows Postgres refused for their content
+// (store.RefusedNodesError): they are logged and dropped, the others written.
 func (h *Hub) flush(ctx context.Context, now time.Time) error {
 	h.pending.Store(0)
 	h.mu.Lock()
@@ -262,6 +265,13 @@ func (h *Hub) flush(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	if err := h.store.SaveNodes(ctx, batch, StaleAfter); err != nil {
+		var refused *store.RefusedNodesError
+		if errors.As(err, &refused) {
+			// Every other row was written; these would be refused again
+			// and must not be retried forever.
+			h.log.Error("node registry refused rows; dropped", "node_ids", refused.IDs, "error", refused.Err)
+			return nil
+		}
 		for _, c := range taken {
 			c.mu.Lock()
 			c.dirty = true
@@ -632,6 +642,9 @@ func (h *Hub) handle(c *conn, msg any) error {
 			return nil // it runs something newer already
 		}
 		v := m.Version
+		// The error is the node's free text: NUL or invalid UTF-8 in it
+		// must not make its registry row unwritable.
+		m.Error = wire.CleanText(m.Error)
 		c.node.NackVersion, c.node.NackError, c.node.NackedAt = &v, truncate(m.Error, maxNackError), &now
 		h.log.Warn("node rejected version", "node_id", c.node.ID, "version", m.Version,
 			"applied_version", c.node.AppliedVersion, "error", truncate(m.Error, 500))

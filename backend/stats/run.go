@@ -18,8 +18,13 @@ const (
 	// read (a frame is read within exchangeEvery of being written; the
 	// margin covers a slow database).
 	recentFrames = 60 * time.Second
-	// frameKeep is how long frames stay in Postgres.
-	frameKeep = 20 * time.Minute
+	// frameKeep is how long frames stay in Postgres: the window, for a
+	// replica that starts, and a minute more.
+	frameKeep = (WindowSeconds + 60) * time.Second
+	// seenKeep is how long a replica remembers the ids of frames it read:
+	// far longer than recentFrames, so that a difference between its clock
+	// and the database's cannot make it read a frame twice.
+	seenKeep = 5 * time.Minute
 	// tickDelay is how long after a second ends its tick goes to the
 	// browsers: time for the other replicas' frames of it to arrive.
 	tickDelay = 600 * time.Millisecond
@@ -29,16 +34,22 @@ const (
 	reloadEvery = time.Second
 )
 
+// Load reads the settings and the domains of the latest version, and fills
+// the series with every replica's frames of the window, so that a replica
+// that starts answers for the fleet at once. Call it before the hub takes
+// reports (a report naming a domain the aggregator does not know yet is
+// refused); Run reloads the settings and versions every second anyway.
+func (a *Aggregator) Load(ctx context.Context) error {
+	if err := a.reload(ctx); err != nil {
+		return err
+	}
+	return a.loadRecent(ctx)
+}
+
 // Run exchanges frames with the other replicas, writes rollups, feeds the
 // streams, and (on the leading replica) finds spikes and sends alerts,
 // until ctx ends; then it writes what its nodes counted one last time.
 func (a *Aggregator) Run(ctx context.Context) error {
-	if err := a.reload(ctx); err != nil && ctx.Err() == nil {
-		a.log.Warn("read stats settings", "error", err)
-	}
-	if err := a.loadRecent(ctx); err != nil && ctx.Err() == nil {
-		a.log.Warn("load recent stats", "error", err)
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -51,7 +62,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	defer tick.Stop()
 	reload := time.NewTicker(reloadEvery)
 	defer reload.Stop()
-	retention := time.NewTicker(time.Hour)
+	retention := time.NewTicker(time.Minute)
 	defer retention.Stop()
 	failing := false
 	var spikesSeen time.Time
@@ -107,8 +118,9 @@ func (a *Aggregator) loadRecent(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	seenAt := a.now().Unix()
 	for _, f := range frames {
-		a.seen[f.ID] = f.T
+		a.seen[f.ID] = seenAt
 		a.applyFrameLocked(f)
 	}
 	return nil
@@ -138,15 +150,17 @@ func (a *Aggregator) exchange(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	seenAt := a.now().Unix()
 	for _, f := range frames {
 		if _, ok := a.seen[f.ID]; ok {
 			continue
 		}
-		a.seen[f.ID] = f.T
+		a.seen[f.ID] = seenAt
 		a.applyFrameLocked(f)
 	}
-	// Forget ids too old to be listed again.
-	oldest := a.now().Add(-2 * recentFrames).Unix()
+	// Forget ids too old to be listed again (by when they were read: a
+	// frame written late counts an old second but is listed while new).
+	oldest := a.now().Add(-seenKeep).Unix()
 	maps.DeleteFunc(a.seen, func(_ int64, t int64) bool { return t < oldest })
 	return nil
 }
@@ -159,8 +173,23 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 	now := a.now()
 	a.mu.Lock()
 	cutoff := now.Unix()
+	minuteCutoff := now.Add(-rollupDelay).Unix()
+	minuteCutoff -= minuteCutoff % 60
 	if final {
-		cutoff++
+		cutoff, minuteCutoff = cutoff+1, now.Unix()+60
+	}
+	// Closed seconds and minutes still held by their series go to the
+	// pending maps, then everything closed there is taken.
+	for _, s := range a.series {
+		o := &s.own
+		if o.sec < cutoff && (!o.secC.Zero() || len(o.secTop) > 0) {
+			a.spillSecond(o.sec, s.key, o.secC, o.secTop)
+			o.secC, o.secTop = store.Counts{}, nil
+		}
+		if o.min < minuteCutoff && !o.minC.Zero() {
+			a.spillMinute(o.min, s.key, o.minC)
+			o.minC = store.Counts{}
+		}
 	}
 	var frames []store.Frame
 	for t, rules := range a.pending {
@@ -176,11 +205,6 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 			f.Rules = append(f.Rules, *r)
 		}
 		frames = append(frames, f)
-	}
-	minuteCutoff := now.Add(-rollupDelay).Unix()
-	minuteCutoff -= minuteCutoff % 60
-	if final {
-		minuteCutoff = now.Unix() + 60
 	}
 	var rollups []store.MinuteCounts
 	for k, c := range a.minutes {
@@ -198,19 +222,8 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 		ferr = err
 		a.mu.Lock()
 		for _, f := range frames {
-			rules := a.pending[f.T]
-			if rules == nil {
-				rules = make(map[store.RuleKey]*store.FrameRule)
-				a.pending[f.T] = rules
-			}
 			for _, r := range f.Rules {
-				k := store.RuleKey{Domain: r.Domain, Rule: r.Rule}
-				if old := rules[k]; old != nil {
-					old.A, old.L, old.S, old.E = old.A+r.A, old.L+r.L, old.S+r.S, old.E+r.E
-					old.Top = mergeTop(old.Top, r.Top)
-				} else {
-					rules[k] = &r
-				}
+				a.spillSecond(f.T, store.RuleKey{Domain: r.Domain, Rule: r.Rule}, store.Counts{Allowed: r.A, Limited: r.L, ShadowLimited: r.S, StoreErrors: r.E}, r.Top)
 			}
 		}
 		a.mu.Unlock()
@@ -218,10 +231,7 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 	if err := a.st.AddMinutes(ctx, rollups); err != nil {
 		a.mu.Lock()
 		for _, r := range rollups {
-			k := minuteKey{r.Minute.Unix(), r.RuleKey}
-			c := a.minutes[k]
-			c.Add(r.Counts)
-			a.minutes[k] = c
+			a.spillMinute(r.Minute.Unix(), r.RuleKey, r.Counts)
 		}
 		a.mu.Unlock()
 		return err
@@ -229,8 +239,8 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 	return ferr
 }
 
-// prune applies retention to the tables and forgets series that have been
-// empty for the whole window.
+// prune applies retention to the tables (every minute: frames are large)
+// and forgets series that have been empty for the whole window.
 func (a *Aggregator) prune(ctx context.Context) {
 	now := a.now()
 	if _, err := a.st.DeleteFramesBefore(ctx, now.Add(-frameKeep)); err != nil {

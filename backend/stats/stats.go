@@ -105,12 +105,14 @@ type Aggregator struct {
 	series  map[store.RuleKey]*series
 	pending map[int64]map[store.RuleKey]*store.FrameRule // own counts per second, not yet in a frame
 	minutes map[minuteKey]store.Counts                   // own counts per minute, not yet rolled up
-	seen    map[int64]int64                              // frame ids read from others → their second
+	seen    map[int64]int64                              // frame ids read from others → when (Unix second)
 	domains map[string]bool                              // domains of every version seen
 	version int64                                        // newest version seen
 	config  store.AlertConfig
 	maskKey []byte
 	subs    map[*Subscription]struct{}
+	reports uint64    // reports ingested, for duplicate marks
+	scratch []*series // Ingest's, reused
 }
 
 type minuteKey struct {
@@ -121,7 +123,20 @@ type minuteKey struct {
 // series is one rule's last WindowSeconds seconds, a ring indexed by the
 // Unix second modulo WindowSeconds.
 type series struct {
+	key   store.RuleKey
+	mark  uint64    // the report that last named it (duplicate check)
+	own   ownCounts // what this replica's nodes counted, not yet written
 	slots [WindowSeconds]slot
+}
+
+// ownCounts are a rule's counts from this replica's own nodes in one
+// second (not yet in a frame) and one minute (not yet rolled up).
+type ownCounts struct {
+	sec    int64
+	secC   store.Counts
+	secTop []wire.ValueCount
+	min    int64
+	minC   store.Counts
 }
 
 type slot struct {
@@ -219,52 +234,100 @@ func (a *Aggregator) ingest(m *wire.Stats, at time.Time) error {
 		}
 	}
 	t := at.Unix()
+	now := a.now().Unix()
+	if t <= now-WindowSeconds || t > now+5 {
+		return refuse("invalid", "received at %s, outside the window", at.UTC().Format(time.RFC3339))
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	fresh := 0
-	seen := make(map[store.RuleKey]bool, len(m.Rules))
+	// First pass, changing nothing but the duplicate marks: is every rule
+	// acceptable? The series found are kept for the second pass.
+	a.reports++
+	found := a.scratch[:0]
+	var fresh map[store.RuleKey]bool
 	for i, r := range m.Rules {
 		k := store.RuleKey{Domain: r.Domain, Rule: r.Rule}
-		if seen[k] {
-			return refuse("invalid", "rules[%d]: rule %s/%s reported twice", i, r.Domain, r.Rule)
-		}
-		seen[k] = true
 		if !a.domains[r.Domain] {
 			return refuse("unknown_domain", "rules[%d]: no version has domain %q", i, r.Domain)
 		}
-		if a.series[k] == nil {
-			fresh++
+		s := a.series[k]
+		switch {
+		case s != nil && s.mark == a.reports, s == nil && fresh[k]:
+			return refuse("invalid", "rules[%d]: rule %s/%s reported twice", i, r.Domain, r.Rule)
+		case s != nil:
+			s.mark = a.reports
+		default:
+			if fresh == nil {
+				fresh = make(map[store.RuleKey]bool)
+			}
+			fresh[k] = true
 		}
+		found = append(found, s)
 	}
-	if len(a.series)+fresh > MaxSeries {
+	if len(a.series)+len(fresh) > MaxSeries {
 		return refuse("too_many_rules", "over %d rules tracked", MaxSeries)
 	}
+	a.scratch = found[:0]
+	for i, r := range m.Rules {
+		s := found[i]
+		if s == nil {
+			k := store.RuleKey{Domain: r.Domain, Rule: r.Rule}
+			s = &series{key: k}
+			a.series[k] = s
+		}
+		c := store.Counts{Allowed: r.Allowed, Limited: r.Limited, ShadowLimited: r.ShadowLimited, StoreErrors: r.StoreErrors}
+		sl := s.at(t)
+		sl.c.Add(c)
+		sl.top = mergeTop(sl.top, r.TopLimited)
+		a.own(s, t, c, r.TopLimited)
+	}
+	return nil
+}
+
+// own adds counts of this replica's nodes to s's second t and its minute,
+// not yet written; caller holds a.mu. A series holds one second and one
+// minute of them; an older one still there is moved to the pending maps.
+func (a *Aggregator) own(s *series, t int64, c store.Counts, top []wire.ValueCount) {
+	o := &s.own
+	if o.sec != t {
+		if !o.secC.Zero() || len(o.secTop) > 0 {
+			a.spillSecond(o.sec, s.key, o.secC, o.secTop)
+		}
+		o.sec, o.secC, o.secTop = t, store.Counts{}, nil
+	}
+	o.secC.Add(c)
+	o.secTop = mergeTop(o.secTop, top)
+	if minute := t - t%60; o.min != minute {
+		if !o.minC.Zero() {
+			a.spillMinute(o.min, s.key, o.minC)
+		}
+		o.min, o.minC = minute, store.Counts{}
+	}
+	o.minC.Add(c)
+}
+
+// spillSecond adds to the pending frame of second t; caller holds a.mu.
+func (a *Aggregator) spillSecond(t int64, k store.RuleKey, c store.Counts, top []wire.ValueCount) {
 	frame := a.pending[t]
 	if frame == nil {
 		frame = make(map[store.RuleKey]*store.FrameRule)
 		a.pending[t] = frame
 	}
-	minute := t - t%60
-	for _, r := range m.Rules {
-		k := store.RuleKey{Domain: r.Domain, Rule: r.Rule}
-		c := store.Counts{Allowed: r.Allowed, Limited: r.Limited, ShadowLimited: r.ShadowLimited, StoreErrors: r.StoreErrors}
-		a.addLocked(k, t, c, r.TopLimited)
-		fr := frame[k]
-		if fr == nil {
-			fr = &store.FrameRule{Domain: k.Domain, Rule: k.Rule}
-			frame[k] = fr
-		}
-		fr.A += c.Allowed
-		fr.L += c.Limited
-		fr.S += c.ShadowLimited
-		fr.E += c.StoreErrors
-		fr.Top = mergeTop(fr.Top, r.TopLimited)
-		mk := minuteKey{minute, k}
-		mc := a.minutes[mk]
-		mc.Add(c)
-		a.minutes[mk] = mc
+	fr := frame[k]
+	if fr == nil {
+		fr = &store.FrameRule{Domain: k.Domain, Rule: k.Rule}
+		frame[k] = fr
 	}
-	return nil
+	fr.A, fr.L, fr.S, fr.E = fr.A+c.Allowed, fr.L+c.Limited, fr.S+c.ShadowLimited, fr.E+c.StoreErrors
+	fr.Top = mergeTop(fr.Top, top)
+}
+
+// spillMinute adds to the pending rollup of minute; caller holds a.mu.
+func (a *Aggregator) spillMinute(minute int64, k store.RuleKey, c store.Counts) {
+	mk := minuteKey{minute, k}
+	mc := a.minutes[mk]
+	mc.Add(c)
+	a.minutes[mk] = mc
 }
 
 func checkRule(r wire.RuleStats) error {
@@ -316,7 +379,7 @@ func (a *Aggregator) addLocked(k store.RuleKey, t int64, c store.Counts, top []w
 	}
 	s := a.series[k]
 	if s == nil {
-		s = &series{}
+		s = &series{key: k}
 		a.series[k] = s
 	}
 	sl := s.at(t)
@@ -327,24 +390,27 @@ func (a *Aggregator) addLocked(k store.RuleKey, t int64, c store.Counts, top []w
 }
 
 // mergeTop adds b's counts to a's, keeping the topKept most counted values
-// (ties: by value), most first.
+// (ties: by value), most first. It reuses a's array (the caller owns a) and
+// never b's.
 func mergeTop(a, b []wire.ValueCount) []wire.ValueCount {
 	if len(b) == 0 {
 		return a
 	}
-	out := slices.Clone(a)
+	if len(a) == 0 {
+		a = make([]wire.ValueCount, 0, len(b))
+	}
 	for _, v := range b {
-		if i := slices.IndexFunc(out, func(x wire.ValueCount) bool { return x.Value == v.Value }); i >= 0 {
-			out[i].Count += v.Count
+		if i := slices.IndexFunc(a, func(x wire.ValueCount) bool { return x.Value == v.Value }); i >= 0 {
+			a[i].Count += v.Count
 		} else {
-			out = append(out, v)
+			a = append(a, v)
 		}
 	}
-	sortTop(out)
-	if len(out) > topKept {
-		out = out[:topKept]
+	sortTop(a)
+	if len(a) > topKept {
+		a = a[:topKept]
 	}
-	return out
+	return a
 }
 
 func sortTop(vs []wire.ValueCount) {

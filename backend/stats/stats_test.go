@@ -36,7 +36,7 @@ func (c *fakeClock) set(t time.Time) {
 
 // newStore returns a store on a fresh database with domains "api" and
 // "web" published.
-func newStore(t *testing.T) *store.Store {
+func newStore(t testing.TB) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, testenv.PostgresURL(t))
@@ -59,7 +59,7 @@ func newAggregator(t *testing.T, st *store.Store, replica string, clk *fakeClock
 	t.Helper()
 	a := New(Config{Store: st, Replica: replica, Registry: prometheus.NewRegistry()})
 	a.now = clk.now
-	if err := a.reload(context.Background()); err != nil {
+	if err := a.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return a
@@ -151,16 +151,39 @@ func TestReplicasAnswerForTheFleet(t *testing.T) {
 		t.Errorf("rollup of the first minute = %+v, want %+v", rows, minute)
 	}
 	// A replica that starts now loads the window from the frames.
-	c := newAggregator(t, st, "c", clk)
-	if err := c.loadRecent(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := newAggregator(t, st, "c", clk) // Load reads the frames
 	got, err := c.Totals(ctx, Query{Domain: "api", From: t0, To: clk.now().Add(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || got[0].Counts != sent {
 		t.Errorf("new replica totals = %+v, want %+v", got, sent)
+	}
+}
+
+// TestLateFrameCountedOnce: a frame written late (a replica that could not
+// write for minutes) counts an old second but is listed as new; it must be
+// read once, not again once its second is old.
+func TestLateFrameCountedOnce(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	clk := &fakeClock{t: time.Now()}
+	b := newAggregator(t, st, "b", clk)
+	old := clk.now().Add(-5 * time.Minute).Unix()
+	if err := st.WriteFrames(ctx, "a", []store.Frame{{T: old, Rules: []store.FrameRule{{Domain: "api", Rule: "r", L: 7}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := b.exchange(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.Totals(ctx, Query{Domain: "api", From: clk.now().Add(-10 * time.Minute), To: clk.now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Limited != 7 {
+		t.Errorf("totals = %+v, want the late frame's 7 limited once", got)
 	}
 }
 

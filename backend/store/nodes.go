@@ -3,9 +3,13 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
 )
 
 // Node statuses.
@@ -85,6 +89,21 @@ var nodeColumns = []string{"id", "applied_version", "status", "labels", "build",
 // parameters per statement).
 const saveNodesBatch = 1000
 
+// RefusedNodesError is returned by SaveNodes when Postgres refused some rows
+// for their content (a data exception or an integrity violation, SQLSTATE
+// class 22 or 23, such as a NUL byte in a text column): every other row was
+// written, and writing these again would fail the same way.
+type RefusedNodesError struct {
+	IDs []string // the refused rows' node ids
+	Err error    // the first refused row's error
+}
+
+func (e *RefusedNodesError) Error() string {
+	return fmt.Sprintf("save nodes: %d rows refused: %v", len(e.IDs), e.Err)
+}
+
+func (e *RefusedNodesError) Unwrap() error { return e.Err }
+
 // SaveNodes upserts registry rows, many per statement. A row is written
 // unless the registry holds a newer connection of the same node: it is
 // replaced when the session is the same, when the stored row is not
@@ -92,6 +111,11 @@ const saveNodesBatch = 1000
 // started later. That way a replica that lost a node, or that learns of a
 // disconnect late, never overwrites the replica that now holds it. Of
 // several rows with one id, the last wins.
+//
+// One bad row never blocks the others: when Postgres refuses a statement
+// for its content, its rows are written one by one, and the ones refused on
+// their own are reported in a *RefusedNodesError after the rest are
+// written. Any other error (the database unreachable) is returned as is.
 func (s *Store) SaveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {
 	if len(nodes) == 0 {
 		return nil
@@ -107,12 +131,46 @@ func (s *Store) SaveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 			rows = append(rows, n)
 		}
 	}
+	var refused *RefusedNodesError
 	for start := 0; start < len(rows); start += saveNodesBatch {
-		if err := s.saveNodes(ctx, rows[start:min(start+saveNodesBatch, len(rows))], staleAfter); err != nil {
+		chunk := rows[start:min(start+saveNodesBatch, len(rows))]
+		err := s.saveNodes(ctx, chunk, staleAfter)
+		if err == nil {
+			continue
+		}
+		if !refusedContent(err) {
 			return err
 		}
+		for _, n := range chunk {
+			err := s.saveNodes(ctx, []Node{n}, staleAfter)
+			switch {
+			case err == nil:
+			case refusedContent(err):
+				if refused == nil {
+					refused = &RefusedNodesError{Err: err}
+				}
+				refused.IDs = append(refused.IDs, n.ID)
+			default:
+				return err
+			}
+		}
+	}
+	if refused != nil {
+		return refused
 	}
 	return nil
+}
+
+// refusedContent reports whether Postgres refused a statement for the data
+// it carries (SQLSTATE class 22, data exception, or 23, integrity
+// constraint violation), which retrying cannot fix.
+func refusedContent(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")
+	}
+	return errors.Is(err, gorm.ErrDuplicatedKey) || errors.Is(err, gorm.ErrForeignKeyViolated) ||
+		errors.Is(err, gorm.ErrCheckConstraintViolated)
 }
 
 func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -174,5 +175,49 @@ func TestAppliedCounts(t *testing.T) {
 	}
 	if removed != 1 {
 		t.Errorf("DeleteNodesSeenBefore removed %d, want 1 (node e)", removed)
+	}
+}
+
+// TestSaveNodesRefusedRowsDoNotBlockTheOthers: rows Postgres refuses (a NUL
+// in a text or jsonb column) are reported, and every other row of the batch
+// is written (issue 13).
+func TestSaveNodesRefusedRowsDoNotBlockTheOthers(t *testing.T) {
+	st := openNodes(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	row := func(id string) store.Node {
+		return store.Node{ID: id, Status: store.NodeConnected, ConnectedSince: &now, LastSeen: now, Session: "s-" + id}
+	}
+	badLabel := row("bad-label")
+	badLabel.Labels = map[string]string{"zone": "a\x00"}
+	badBuild := row("bad-build")
+	badBuild.Build = "v1\x00"
+	badNack := row("bad-nack")
+	v := int64(2)
+	badNack.NackVersion, badNack.NackError, badNack.NackedAt = &v, "boom\x00", &now
+	batch := []store.Node{row("good-1"), row("bad\x00id"), badLabel, badBuild, badNack, row("good-2")}
+
+	err := st.SaveNodes(ctx, batch, staleAfter)
+	var refused *store.RefusedNodesError
+	if !errors.As(err, &refused) {
+		t.Fatalf("SaveNodes = %v, want a *store.RefusedNodesError", err)
+	}
+	if want := []string{"bad\x00id", "bad-label", "bad-build", "bad-nack"}; !cmp.Equal(refused.IDs, want) {
+		t.Errorf("refused %q, want %q", refused.IDs, want)
+	}
+	nodes, err := st.ListNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, n := range nodes {
+		ids = append(ids, n.ID)
+	}
+	if want := []string{"good-1", "good-2"}; !cmp.Equal(ids, want) {
+		t.Errorf("registry holds %q, want %q", ids, want)
+	}
+	// A later batch of good rows is written as usual.
+	if err := st.SaveNodes(ctx, []store.Node{row("good-3")}, staleAfter); err != nil {
+		t.Fatalf("next batch: %v", err)
 	}
 }

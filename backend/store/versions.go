@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -441,15 +442,49 @@ func applyRollback(tx *gorm.DB, p plan, v int64, meta versionMeta, act Actor) er
 		map[string]any{"version": v - 1}, after)
 }
 
+// writeVersion writes the versions row of v, once its revisions are
+// written. Every path that creates a version goes through it, so it is where
+// a version too large for the nodes is refused (SnapshotTooLargeError).
 func writeVersion(tx *gorm.DB, v int64, p plan, meta versionMeta) error {
 	domains, err := snapshotAt(tx, v)
 	if err != nil {
+		return err
+	}
+	if err := checkSnapshotSize(v, domains); err != nil {
 		return err
 	}
 	row := versionRow{Version: v, CreatedAt: time.Now().UTC(), Author: meta.author, Message: meta.message,
 		RollbackOf: p.rollbackOf, Checksum: checksum(domains), ApprovedBy: meta.approvedBy, ChangeID: meta.changeID}
 	if err := tx.Create(&row).Error; err != nil {
 		return fmt.Errorf("write version: %w", err)
+	}
+	return nil
+}
+
+// SnapshotTooLargeError reports a change whose version would not fit the
+// snapshot message nodes accept (wire.MaxSnapshotBytes); its message is safe
+// to show.
+type SnapshotTooLargeError struct {
+	Version int64
+	Bytes   int
+	Max     int
+}
+
+func (e *SnapshotTooLargeError) Error() string {
+	return fmt.Sprintf("version %d would be a %d-byte snapshot, over the %d bytes enforcer nodes accept: make domains smaller or remove some",
+		e.Version, e.Bytes, e.Max)
+}
+
+// checkSnapshotSize refuses version v if its snapshot, encoded as the hub
+// sends it, would exceed wire.MaxSnapshotBytes.
+func checkSnapshotSize(v int64, domains []DomainRevision) error {
+	snap := Snapshot{Version: v, Domains: domains}
+	data, err := json.Marshal(wire.Snapshot{Type: wire.TypeSnapshot, Version: v, Checksum: snap.checksum(), Domains: snap.WireDomains()})
+	if err != nil {
+		return fmt.Errorf("encode snapshot %d: %w", v, err)
+	}
+	if len(data) > wire.MaxSnapshotBytes {
+		return &SnapshotTooLargeError{Version: v, Bytes: len(data), Max: wire.MaxSnapshotBytes}
 	}
 	return nil
 }

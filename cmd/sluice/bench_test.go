@@ -198,7 +198,7 @@ func TestBenchGRPCHonoursMaxConcurrentStreams(t *testing.T) {
 func TestBenchGRPCFlowControl(t *testing.T) {
 	// Long descriptor keys and limit names make big requests and responses,
 	// so few checks cross the windows.
-	key, name := strings.Repeat("k", 3000), strings.Repeat("n", 3000)
+	key, name := strings.Repeat("k", 1000), strings.Repeat("n", 3000) // keys: at most engine.MaxKeyBytes
 	tg := benchTarget(t, "domain: bench\ndescriptors:\n  - key: "+key+"\n    rate_limit: {unit: second, requests_per_unit: 100000000, name: "+name+"}\n",
 		// Fixed 64 KiB windows (no BDP growth): the client waits for each
 		// WINDOW_UPDATE. (grpc-go does not enforce its connection window, so

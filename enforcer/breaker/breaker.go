@@ -228,6 +228,21 @@ func (b *Breaker) Record(err error) {
 	}
 }
 
+// Release ends a call that Allow let through without a verdict on the
+// store's health: nothing is counted, neither success nor failure. The
+// enforcer's engine releases the failed calls of heavy requests (far more
+// limits than a typical check), whose cost, not the store, may explain the
+// failure, so one caller's heavy requests cannot open the breaker for
+// everyone. If the call was the half-open probe, the next call probes.
+func (b *Breaker) Release() {
+	if State(b.state.Load()) != HalfOpen {
+		return
+	}
+	b.mu.Lock()
+	b.probing = false
+	b.mu.Unlock()
+}
+
 // open moves to Open. Caller holds mu.
 func (b *Breaker) open() {
 	b.openedAt = b.now()

@@ -225,3 +225,42 @@ func TestHardFailuresSkipQuiet(t *testing.T) {
 		t.Fatalf("state %v after a refused connection ended the run of failures, want open", b.State())
 	}
 }
+
+func TestReleaseCountsNothing(t *testing.T) {
+	b, c, _ := newBreaker(t)
+	c.advance(time.Second)
+	// Released calls neither fail nor break a run of failures.
+	for range 10 {
+		if err := b.Allow(); err != nil {
+			t.Fatal(err)
+		}
+		b.Release()
+	}
+	if b.State() != breaker.Closed {
+		t.Fatalf("state %v after released calls, want closed", b.State())
+	}
+	for range 3 {
+		call(b, errDown)
+		if err := b.Allow(); err == nil {
+			b.Release()
+		}
+	}
+	if b.State() != breaker.Open {
+		t.Fatalf("state %v after 3 failures among released calls, want open", b.State())
+	}
+	// A released probe frees the probe slot: the next call probes.
+	c.advance(time.Second)
+	if err := b.Allow(); err != nil {
+		t.Fatalf("after the cooldown: Allow = %v, want a probe", err)
+	}
+	b.Release()
+	if b.State() != breaker.HalfOpen {
+		t.Fatalf("state %v after a released probe, want half_open", b.State())
+	}
+	if err := call(b, nil); err != nil {
+		t.Fatalf("second probe: Allow = %v, want it let through", err)
+	}
+	if b.State() != breaker.Closed {
+		t.Errorf("state %v after a successful probe, want closed", b.State())
+	}
+}

@@ -18,6 +18,14 @@
 // request it cannot answer, not-ready included. Rate-limit headers are added
 // (a Lyft client ignores them); a body over MaxBodyBytes still gets 413.
 //
+// What one check may cost is bounded twice: the body (or gRPC message, the
+// enforcer's grpc.MaxRecvMsgSize) by MaxBodyBytes (1 MiB), and its content
+// by the engine's bounds, which every transport goes through (engine.Check:
+// at most engine.MaxDescriptors 64 descriptors, engine.MaxEntries 32
+// entries each, 1 KiB per key, 64 KiB per value, 1 MiB of keys and values
+// in all). A request over the engine's bounds is an invalid request: 400
+// (plain "Bad Request" on /json), gRPC InvalidArgument.
+//
 // gRPC maps errors to InvalidArgument and Unavailable (Envoy then applies
 // its failure_mode_deny setting) and returns the rate-limit headers as
 // response_headers_to_add, which Envoy adds to the client's response.

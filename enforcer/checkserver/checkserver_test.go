@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -636,5 +637,51 @@ func TestDetailedMetricIsBounded(t *testing.T) {
 	}
 	if strings.Contains(body, `rule="per-key",value=`) {
 		t.Error("a limit without detailed_metric has per-value series")
+	}
+}
+
+// TestRequestBoundsOnEveryTransport: the engine's bounds of one request
+// (issue 13) reach clients as each transport reports an invalid request.
+func TestRequestBoundsOnEveryTransport(t *testing.T) {
+	f := newFixture(t, nil)
+	f.apply(t)
+	client := grpcClient(t, f)
+	body := func(n int) string {
+		ds := make([]string, n)
+		for i := range ds {
+			ds[i] = fmt.Sprintf(`{"entries":[{"key":"user","value":"u%d"}]}`, i)
+		}
+		return `{"domain":"api","descriptors":[` + strings.Join(ds, ",") + `]}`
+	}
+	msg := func(n int) *rlsv3.RateLimitRequest {
+		m := &rlsv3.RateLimitRequest{Domain: "api"}
+		for i := range n {
+			m.Descriptors = append(m.Descriptors, descriptor("user", fmt.Sprintf("u%d", i)))
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		name string
+		n    int
+		ok   bool
+	}{
+		{"at the bound", engine.MaxDescriptors, true},
+		{"over the bound", engine.MaxDescriptors + 1, false},
+		{"the attack", 20_000, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := f.do(t, "POST", "/v1/check", body(tt.n))
+			if tt.ok != (r.status == http.StatusOK) || !tt.ok && (r.status != http.StatusBadRequest || !strings.Contains(r.body, "descriptors, at most")) {
+				t.Errorf("/v1/check: %d %s", r.status, r.body)
+			}
+			r = f.do(t, "POST", "/json", body(tt.n))
+			if tt.ok != (r.status == http.StatusOK) || !tt.ok && r.status != http.StatusBadRequest {
+				t.Errorf("/json: %d %s", r.status, r.body)
+			}
+			_, err := client.ShouldRateLimit(context.Background(), msg(tt.n))
+			if tt.ok && err != nil || !tt.ok && status.Code(err) != codes.InvalidArgument {
+				t.Errorf("gRPC: %v", err)
+			}
+		})
 	}
 }

@@ -24,6 +24,28 @@
 // The transports (HTTP, gRPC, the gateway and the Go middleware) turn
 // their wire formats into a Request and a Result back into theirs; the engine
 // knows nothing about them.
+//
+// # What one request may cost
+//
+// Check is the one place every transport goes through, so it bounds what a
+// single request may cost before matching anything: at most MaxDescriptors
+// (64) descriptors, MaxEntries (32) entries per descriptor, MaxKeyBytes
+// (1 KiB) per entry key and per domain, MaxValueBytes (64 KiB) per entry
+// value and MaxRequestBytes (1 MiB) for the domain, keys and values
+// together. A request over any bound gets an error wrapping
+// ErrInvalidRequest (HTTP 400, gRPC InvalidArgument) and costs the store
+// nothing. The numbers are far above real configs: an Envoy route sends one
+// descriptor per rate_limits action (a handful), rules nest at most
+// rules.MaxDepth (16) levels, a domain's request_descriptors are at most
+// rules.MaxRequestDescriptors (64), and 64 KiB holds any header value Envoy
+// accepts by default (60 KiB of headers).
+//
+// A request over HeavyLimits counted limits is heavy. A heavy Take's
+// failure is not held against the store by the breaker (breaker.Release):
+// a caller sending requests at the bounds can slow its own checks, but
+// cannot make the breaker open and switch every other caller's checks to
+// their failure modes. Light checks alone tell the breaker whether the
+// store is down; a heavy Take that succeeds still counts as a success.
 package engine
 
 import (
@@ -53,6 +75,21 @@ var ErrNoRuleset = errors.New("no ruleset loaded yet")
 // ErrInvalidRequest is wrapped by the errors Check returns for a request that
 // cannot be answered as sent (empty domain, no descriptors, ...).
 var ErrInvalidRequest = errors.New("invalid rate limit request")
+
+// Bounds of one Request (see the package doc). Check refuses a request over
+// any of them with an error wrapping ErrInvalidRequest.
+const (
+	MaxDescriptors  = 64
+	MaxEntries      = 32
+	MaxKeyBytes     = 1 << 10
+	MaxValueBytes   = 64 << 10
+	MaxRequestBytes = 1 << 20
+)
+
+// HeavyLimits is the most counted limits a light request touches; a Take
+// for more is heavy and its failures do not count toward opening the
+// breaker (see the package doc).
+const HeavyLimits = 8
 
 // Store is what the check path needs from a counter store: one all-or-nothing
 // Take for every limit a request touches. limiter.Batcher (what an enforcer
@@ -218,6 +255,7 @@ type Engine struct {
 	nodeCount    atomic.Int64
 	shardSeq     atomic.Uint64
 	stats        stats // per-rule counts for the console (TakeStats)
+	noStats      bool  // WithoutStats
 }
 
 // Option changes a setting of New.
@@ -232,6 +270,10 @@ func WithBreaker(b *breaker.Breaker) Option { return func(e *Engine) { e.breaker
 // connecting included) with a deadline; 0 leaves only the store client's own
 // timeouts. The enforcer uses the client's per-call timeout (50 ms).
 func WithStoreTimeout(d time.Duration) Option { return func(e *Engine) { e.storeTimeout = d } }
+
+// WithoutStats turns off the per-rule counts of TakeStats, for a node that
+// reports to no console (and to measure what they cost).
+func WithoutStats() Option { return func(e *Engine) { e.noStats = true } }
 
 // WithLocal sets the in-process limiter that answers failure_mode: local
 // limits while the store is unreachable; by default a new
@@ -331,7 +373,7 @@ func (e *Engine) Ruleset() (*rules.Set, int64) {
 // rejects (a concurrent request got there first), the answer is OVER_LIMIT.
 func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	res, err := e.check(ctx, req)
-	if err == nil {
+	if err == nil && !e.noStats {
 		e.stats.count(&req, &res)
 	}
 	return res, err
@@ -347,6 +389,9 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	}
 	if len(req.Descriptors) == 0 {
 		return Result{}, fmt.Errorf("%w: descriptors must not be empty", ErrInvalidRequest)
+	}
+	if err := checkBounds(&req); err != nil {
+		return Result{}, err
 	}
 	res := Result{Code: OK, Statuses: make([]Status, len(req.Descriptors)), Version: rs.version}
 
@@ -435,6 +480,35 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	return res, nil
 }
 
+// checkBounds refuses a request over the bounds of one request.
+func checkBounds(req *Request) error {
+	if len(req.Descriptors) > MaxDescriptors {
+		return fmt.Errorf("%w: %d descriptors, at most %d allowed", ErrInvalidRequest, len(req.Descriptors), MaxDescriptors)
+	}
+	if len(req.Domain) > MaxKeyBytes {
+		return fmt.Errorf("%w: domain is %d bytes, at most %d allowed", ErrInvalidRequest, len(req.Domain), MaxKeyBytes)
+	}
+	total := len(req.Domain)
+	for i, d := range req.Descriptors {
+		if len(d.Entries) > MaxEntries {
+			return fmt.Errorf("%w: descriptors[%d]: %d entries, at most %d allowed", ErrInvalidRequest, i, len(d.Entries), MaxEntries)
+		}
+		for j, e := range d.Entries {
+			if len(e.Key) > MaxKeyBytes {
+				return fmt.Errorf("%w: descriptors[%d].entries[%d]: key is %d bytes, at most %d allowed", ErrInvalidRequest, i, j, len(e.Key), MaxKeyBytes)
+			}
+			if len(e.Value) > MaxValueBytes {
+				return fmt.Errorf("%w: descriptors[%d].entries[%d]: value is %d bytes, at most %d allowed", ErrInvalidRequest, i, j, len(e.Value), MaxValueBytes)
+			}
+			total += len(e.Key) + len(e.Value)
+		}
+	}
+	if total > MaxRequestBytes {
+		return fmt.Errorf("%w: domain, keys and values are %d bytes, at most %d allowed", ErrInvalidRequest, total, MaxRequestBytes)
+	}
+	return nil
+}
+
 // decide takes reqs (the store requests of res.Statuses[idx]) from the
 // store, or from the local limiter when local is set, and records the
 // decisions in res. It returns the store's error, having recorded nothing
@@ -472,7 +546,8 @@ func (e *Engine) decide(ctx context.Context, local bool, res *Result, reqs []lim
 }
 
 // take runs one Take on the store (through the breaker, with the per-call
-// deadline) or on the local limiter.
+// deadline) or on the local limiter. The failure of a heavy Take (more than
+// HeavyLimits requests) is released, not recorded, by the breaker.
 func (e *Engine) take(ctx context.Context, local bool, reqs []limiter.Request) ([]limiter.Decision, error) {
 	var (
 		ds  []limiter.Decision
@@ -498,7 +573,13 @@ func (e *Engine) take(ctx context.Context, local bool, reqs []limiter.Request) (
 			cancel()
 		}
 		if e.breaker != nil {
-			e.breaker.Record(storeHealth(ctx, err))
+			if herr := storeHealth(ctx, err); herr != nil && len(reqs) > HeavyLimits {
+				// A heavy Take's failure says little about the store
+				// and must not open the breaker for light checks.
+				e.breaker.Release()
+			} else {
+				e.breaker.Record(herr)
+			}
 		}
 	}
 	if err == nil && len(ds) != len(reqs) {

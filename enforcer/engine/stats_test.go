@@ -3,9 +3,13 @@ package engine_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -77,5 +81,23 @@ func TestTakeStatsTopBounded(t *testing.T) {
 	}
 	if st[0].Limited != 250 {
 		t.Errorf("limited %d, want 250", st[0].Limited)
+	}
+}
+
+func TestWithoutStats(t *testing.T) {
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	eng := engine.New(limiter.NewRedis(client), testenv.KeyPrefix(t), engine.WithoutStats())
+	if err := eng.Apply(1, compile(t, apiYAML)); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		check(t, eng, req(entry("user", "u1")))
+	}
+	if got := eng.TakeStats(); len(got) != 0 {
+		t.Errorf("stats off, yet TakeStats = %+v", got)
 	}
 }

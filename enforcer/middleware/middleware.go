@@ -14,7 +14,11 @@
 // answers with the limit's rejection status (429 by default), rate-limit
 // headers and an RFC 9457 problem+json body. Until a ruleset is loaded, and
 // when a check cannot be made, requests go through: the app must keep
-// working when the limiter cannot decide.
+// working when the limiter cannot decide. A request whose descriptors are
+// over the engine's bounds of one request (a value over
+// engine.MaxValueBytes, 64 KiB, from a header, path or query) is answered
+// 400 with a problem body instead: letting it through would let a client
+// skip its limits by padding a header.
 package middleware
 
 import (
@@ -162,6 +166,19 @@ func (l *Limiter) Allow(w http.ResponseWriter, r *http.Request) bool {
 	start := time.Now()
 	res, err := l.eng.Check(ctx, req)
 	l.cfg.Metrics.Observe(l.cfg.Transport, &req, &res, err, time.Since(start), l.eng.HasDomain(req.Domain))
+	if errors.Is(err, engine.ErrInvalidRequest) {
+		// The request's own values are over the engine's bounds (a
+		// header of more than engine.MaxValueBytes): letting it through
+		// would let any client skip its limits by padding a header.
+		headers.WriteProblem(w, headers.Problem{
+			Type:     "about:blank",
+			Title:    http.StatusText(http.StatusBadRequest),
+			Status:   http.StatusBadRequest,
+			Detail:   err.Error(),
+			Instance: r.URL.Path,
+		})
+		return false
+	}
 	if err != nil {
 		if !errors.Is(err, engine.ErrNoRuleset) && ctx.Err() == nil {
 			l.log.ErrorContext(ctx, "rate-limit check failed; letting the request through", "domain", req.Domain, "error", err)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -302,5 +303,34 @@ func TestNodeFollowsTheConsole(t *testing.T) {
 	codes := []int{get(t, h, "192.0.2.3:1").Code, get(t, h, "192.0.2.3:1").Code, get(t, h, "192.0.2.3:1").Code}
 	if !cmp.Equal(codes, []int{200, 200, 429}) {
 		t.Errorf("codes %v under the console's rules, want [200 200 429]", codes)
+	}
+}
+
+// TestValueOverTheBoundsIsRefused: a header value over the engine's bound
+// of one request gets 400, not a pass around its limits (issue 13).
+func TestValueOverTheBoundsIsRefused(t *testing.T) {
+	eng := newEngine(t)
+	apply(t, eng)
+	lim, err := middleware.New(eng, middleware.Config{
+		Domain:      "app",
+		Descriptors: []rules.RequestDescriptor{{Entries: []rules.RequestEntry{{Key: "user", From: rules.FromHeader, Name: "X-User"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := lim.Handler(hello)
+	do := func(user string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-User", user)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := do(strings.Repeat("u", engine.MaxValueBytes)); w.Code != 200 {
+		t.Errorf("value at the bound: %d %s, want 200", w.Code, w.Body)
+	}
+	w := do(strings.Repeat("u", engine.MaxValueBytes+1))
+	if w.Code != 400 || w.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(w.Body.String(), "at most") {
+		t.Errorf("value over the bound: %d %v %s, want 400 problem+json with the reason", w.Code, w.Header(), w.Body)
 	}
 }

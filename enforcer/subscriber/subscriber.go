@@ -8,14 +8,25 @@
 // Given several console replicas, it holds one subscription at a time and
 // moves to the next replica when its own goes away or cannot be reached.
 //
+// A node keeps at most wire.MaxMessageBytes of one console message in
+// memory. A snapshot longer than that is read to its end and discarded, and
+// nacked with its size and the bound on the same connection (its version is
+// read from the message's first bytes), so the node stays connected on its
+// version and the console's registry shows why, instead of the node
+// reconnecting and being sent the same snapshot forever. (The console
+// refuses to publish a version over wire.MaxSnapshotBytes, so only a version
+// written before that bound can be that large.)
+//
 // It is the only package of the node that imports the websocket library.
 package subscriber
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -257,7 +268,11 @@ func (s *Subscriber) session(ctx context.Context, target string) (connected bool
 		return false, fmt.Errorf("dial console: %w", err)
 	}
 	defer conn.CloseNow()
-	conn.SetReadLimit(wire.MaxMessageBytes)
+	// The library's limit would close the connection on a message over it,
+	// and the node would reconnect, be sent the same snapshot and loop.
+	// readMessage bounds what is kept instead, and an oversized snapshot
+	// is nacked.
+	conn.SetReadLimit(-1)
 
 	// The connection lives on its own context so that ending ctx can close
 	// it with a proper close frame instead of tearing it down.
@@ -298,12 +313,25 @@ func (s *Subscriber) session(ctx context.Context, target string) (connected bool
 	}
 
 	for {
-		typ, data, err := conn.Read(cctx)
+		typ, data, size, err := readMessage(cctx, conn)
 		if err != nil {
 			return true, fmt.Errorf("read: %w", err)
 		}
 		s.touch()
 		if typ != websocket.MessageText {
+			continue
+		}
+		if size > wire.MaxMessageBytes {
+			v, ok := snapshotVersion(data)
+			if !ok {
+				s.log.WarnContext(ctx, "ignoring oversized console message", "bytes", size, "max_bytes", wire.MaxMessageBytes)
+				continue
+			}
+			err := fmt.Errorf("snapshot of version %d is %d bytes, over the %d bytes this node accepts", v, size, wire.MaxMessageBytes)
+			s.log.WarnContext(ctx, "rejected ruleset snapshot", "version", v, "applied_version", s.AppliedVersion(), "error", err)
+			if err := s.send(cctx, conn, wire.Nack{Type: wire.TypeNack, Version: v, Error: err.Error()}); err != nil {
+				return true, fmt.Errorf("answer snapshot %d: %w", v, err)
+			}
 			continue
 		}
 		msg, err := wire.Decode(data)
@@ -323,6 +351,68 @@ func (s *Subscriber) session(ctx context.Context, target string) (connected bool
 			return true, fmt.Errorf("answer snapshot %d: %w", snap.Version, err)
 		}
 	}
+}
+
+// readMessage reads the next message, keeping at most
+// wire.MaxMessageBytes+1 bytes of it in memory: the rest of a longer one is
+// read and discarded, so the connection stays usable. size is the
+// message's full length.
+func readMessage(ctx context.Context, conn *websocket.Conn) (typ websocket.MessageType, data []byte, size int64, err error) {
+	typ, r, err := conn.Reader(ctx)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	data, err = io.ReadAll(io.LimitReader(r, wire.MaxMessageBytes+1))
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	size = int64(len(data))
+	if size > wire.MaxMessageBytes {
+		n, err := io.Copy(io.Discard, r)
+		if err != nil {
+			return 0, nil, 0, err
+		}
+		size += n
+	}
+	return typ, data, size, nil
+}
+
+// snapshotVersion returns the version of a snapshot message from its first
+// bytes (the console writes type and version before the domains), for a
+// message too large to decode.
+func snapshotVersion(prefix []byte) (int64, bool) {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return 0, false
+	}
+	var (
+		typ     string
+		version int64
+	)
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return 0, false
+		}
+		key, _ := t.(string)
+		if key == "domains" {
+			break // the long part; type and version come before it
+		}
+		var val any
+		if err := dec.Decode(&val); err != nil {
+			return 0, false
+		}
+		switch key {
+		case "type":
+			typ, _ = val.(string)
+		case "version":
+			if n, ok := val.(json.Number); ok {
+				version, _ = n.Int64()
+			}
+		}
+	}
+	return version, typ == wire.TypeSnapshot && version > 0
 }
 
 // keepalive pings the console every PingInterval; a ping that gets no pong

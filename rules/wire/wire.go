@@ -17,6 +17,7 @@
 package wire
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // ProtocolVersion is the major version of this protocol, sent in Hello.
@@ -38,6 +40,13 @@ const (
 	// MaxNodeMessageBytes bounds a message from a node to the console
 	// (hello, ack, nack, stats).
 	MaxNodeMessageBytes = 1 << 20
+	// MaxSnapshotBytes bounds the encoded Snapshot of a version the
+	// console may publish: MaxMessageBytes less 64 KiB of headroom for
+	// what changes from one send to the next (node_count) and for older
+	// nodes' margins. The console refuses a publish whose snapshot would
+	// be larger, so every version fits what nodes read; a node that is
+	// sent a larger one anyway nacks it.
+	MaxSnapshotBytes = MaxMessageBytes - 64<<10
 )
 
 // Websocket close codes (RFC 6455 private range) the console uses, beside
@@ -92,26 +101,51 @@ func CheckProtocol(v int) error {
 }
 
 // Validate checks a Hello's fields (not its protocol version; see
-// CheckProtocol).
+// CheckProtocol). The node id, label keys and values and build must be
+// valid UTF-8 without NUL (U+0000): they are stored as Postgres text and
+// jsonb, which refuse NUL, so one such hello must be refused here rather
+// than fail the registry writes of every node.
 func (h *Hello) Validate() error {
 	switch {
 	case h.NodeID == "":
 		return errors.New("hello: node_id is required")
 	case len(h.NodeID) > MaxNodeIDBytes:
 		return fmt.Errorf("hello: node_id is over %d bytes", MaxNodeIDBytes)
+	case !isText(h.NodeID):
+		return errors.New("hello: node_id must be valid UTF-8 without NUL")
 	case h.AppliedVersion < 0:
 		return fmt.Errorf("hello: applied_version %d is negative", h.AppliedVersion)
 	case len(h.Labels) > MaxLabels:
 		return fmt.Errorf("hello: more than %d labels", MaxLabels)
 	case len(h.Build) > MaxBuildBytes:
 		return fmt.Errorf("hello: build is over %d bytes", MaxBuildBytes)
+	case !isText(h.Build):
+		return errors.New("hello: build must be valid UTF-8 without NUL")
 	}
 	for k, v := range h.Labels {
 		if k == "" || len(k) > MaxLabelBytes || len(v) > MaxLabelBytes {
-			return fmt.Errorf("hello: label %q: keys must be 1-%d bytes, values at most %d", truncate(k, 40), MaxLabelBytes, MaxLabelBytes)
+			return fmt.Errorf("hello: label %q: keys must be 1-%d bytes, values at most %d", CleanText(truncate(k, 40)), MaxLabelBytes, MaxLabelBytes)
+		}
+		if !isText(k) || !isText(v) {
+			return fmt.Errorf("hello: label %q: keys and values must be valid UTF-8 without NUL", CleanText(truncate(k, 40)))
 		}
 	}
 	return nil
+}
+
+// isText reports whether s is valid UTF-8 without NUL.
+func isText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// CleanText returns s with each NUL and each invalid UTF-8 sequence replaced
+// by U+FFFD: free text from a node (a Nack's error) is kept, readable,
+// in a form Postgres text columns accept.
+func CleanText(s string) string {
+	if isText(s) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // DomainConfig is one domain's YAML source inside a snapshot.
@@ -139,6 +173,7 @@ type Ack struct {
 }
 
 // Nack reports that a node could not apply a version and kept its old one.
+// Error is the node's free text; the console stores it through CleanText.
 type Nack struct {
 	Type    string `json:"type"`
 	Version int64  `json:"version"`
@@ -215,14 +250,12 @@ var ErrUnknownType = errors.New("unknown message type")
 
 // Decode parses one message into *Hello, *Snapshot, *Ack, *Nack or *Stats.
 func Decode(data []byte) (any, error) {
-	var head struct {
-		Type string `json:"type"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
+	typ, err := messageType(data)
+	if err != nil {
 		return nil, fmt.Errorf("decode message: %w", err)
 	}
 	var msg any
-	switch head.Type {
+	switch typ {
 	case TypeHello:
 		msg = &Hello{}
 	case TypeSnapshot:
@@ -234,12 +267,44 @@ func Decode(data []byte) (any, error) {
 	case TypeStats:
 		msg = &Stats{}
 	default:
-		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, truncate(head.Type, 40))
+		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, truncate(typ, 40))
 	}
 	if err := json.Unmarshal(data, msg); err != nil {
-		return nil, fmt.Errorf("decode %s message: %w", head.Type, err)
+		return nil, fmt.Errorf("decode %s message: %w", typ, err)
 	}
 	return msg, nil
+}
+
+// messageType reads the "type" member of a JSON object without decoding
+// the rest when it comes first, as every message this package encodes has
+// it: decoding a stats report then scans it once, not twice. Whether the
+// whole message is valid JSON is left to the decode that follows.
+func messageType(data []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil {
+		return "", err
+	} else if tok != json.Delim('{') {
+		return "", errors.New("a message must be a JSON object")
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		if key != "type" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return "", err
+			}
+			continue
+		}
+		var typ string
+		if err := dec.Decode(&typ); err != nil {
+			return "", fmt.Errorf("type: %w", err)
+		}
+		return typ, nil
+	}
+	return "", nil
 }
 
 func truncate(s string, n int) string {

@@ -98,6 +98,13 @@ func TestHelloValidate(t *testing.T) {
 		{"empty label key", wire.Hello{NodeID: "n", Labels: map[string]string{"": "v"}}, "label"},
 		{"long label value", wire.Hello{NodeID: "n", Labels: map[string]string{"k": long}}, "label"},
 		{"long build", wire.Hello{NodeID: "n", Build: long}, "build"},
+		{"NUL in node id", wire.Hello{NodeID: "n\x00"}, "node_id must be valid UTF-8 without NUL"},
+		{"invalid UTF-8 in node id", wire.Hello{NodeID: "n\xff"}, "node_id must be valid UTF-8"},
+		{"NUL in label key", wire.Hello{NodeID: "n", Labels: map[string]string{"k\x00": "v"}}, "without NUL"},
+		{"NUL in label value", wire.Hello{NodeID: "n", Labels: map[string]string{"k": "\x00"}}, "without NUL"},
+		{"invalid UTF-8 in label value", wire.Hello{NodeID: "n", Labels: map[string]string{"k": "\xc3"}}, "valid UTF-8"},
+		{"NUL in build", wire.Hello{NodeID: "n", Build: "v1\x00"}, "build must be valid UTF-8 without NUL"},
+		{"non-ASCII is fine", wire.Hello{NodeID: "nœud-1", Labels: map[string]string{"zone": "zürich"}, Build: "v1 ✓"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -199,4 +206,17 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decode re-encoded %s: %v", again, err)
 		}
 	})
+}
+
+func TestCleanText(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"plain", "plain"},
+		{"non-ASCII ✓", "non-ASCII ✓"},
+		{"a\x00b", "a\uFFFDb"},
+		{"bad \xff\xfe byte", "bad \uFFFD byte"},
+	} {
+		if got := wire.CleanText(tt.in); got != tt.want {
+			t.Errorf("CleanText(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
 }

@@ -1,0 +1,196 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/enforcer/breaker"
+	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Tests of what one request may cost (issue 13, defect 1).
+
+// descriptors returns n descriptors of one entry user=<prefix><i> padded to
+// valueBytes bytes.
+func descriptors(n int, prefix string, valueBytes int) []engine.Descriptor {
+	ds := make([]engine.Descriptor, n)
+	for i := range ds {
+		v := fmt.Sprintf("%s%d-", prefix, i)
+		if len(v) < valueBytes {
+			v += strings.Repeat("v", valueBytes-len(v))
+		}
+		ds[i] = engine.Descriptor{Entries: []rules.Entry{{Key: "user", Value: v}}}
+	}
+	return ds
+}
+
+func TestCheckRequestBounds(t *testing.T) {
+	eng := newEngine(t)
+	entries := func(n int) []engine.Descriptor {
+		es := make([]rules.Entry, n)
+		for i := range es {
+			es[i] = rules.Entry{Key: fmt.Sprintf("k%d", i), Value: "v"}
+		}
+		return []engine.Descriptor{{Entries: es}}
+	}
+	one := func(key, value string) []engine.Descriptor {
+		return []engine.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}}}
+	}
+	tests := []struct {
+		name    string
+		domain  string
+		descs   []engine.Descriptor
+		invalid bool
+	}{
+		{"descriptors at the bound", "api", descriptors(engine.MaxDescriptors, "u", 8), false},
+		{"descriptors over the bound", "api", descriptors(engine.MaxDescriptors+1, "u", 8), true},
+		{"the attack: 20000 descriptors", "api", descriptors(20_000, "u", 8), true},
+		{"entries at the bound", "api", entries(engine.MaxEntries), false},
+		{"entries over the bound", "api", entries(engine.MaxEntries + 1), true},
+		{"key at the bound", "api", one(strings.Repeat("k", engine.MaxKeyBytes), "v"), false},
+		{"key over the bound", "api", one(strings.Repeat("k", engine.MaxKeyBytes+1), "v"), true},
+		{"value at the bound", "api", one("user", strings.Repeat("v", engine.MaxValueBytes)), false},
+		{"value over the bound", "api", one("user", strings.Repeat("v", engine.MaxValueBytes+1)), true},
+		{"domain at the bound", strings.Repeat("d", engine.MaxKeyBytes), one("user", "a"), false},
+		{"domain over the bound", strings.Repeat("d", engine.MaxKeyBytes+1), one("user", "a"), true},
+		// 15 values of 64 KiB: 960 KiB of keys and values; 17: 1088 KiB.
+		{"bytes under the bound", "api", descriptors(15, "u", engine.MaxValueBytes), false},
+		{"bytes over the bound", "api", descriptors(17, "u", engine.MaxValueBytes), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := eng.Check(context.Background(), engine.Request{Domain: tt.domain, Descriptors: tt.descs})
+			if tt.invalid {
+				if !errors.Is(err, engine.ErrInvalidRequest) {
+					t.Fatalf("got %v, want ErrInvalidRequest", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("got %v, want a decision", err)
+			}
+			if res.StoreErr != nil || len(res.Statuses) != len(tt.descs) {
+				t.Fatalf("store error %v, %d statuses; want decided by Redis, %d statuses", res.StoreErr, len(res.Statuses), len(tt.descs))
+			}
+		})
+	}
+}
+
+// TestHeavyChecksKeepTheBreakerClosed replays the attack of issue 13 on an
+// engine built as a node's is (Batcher, 50 ms client timeouts, breaker with
+// StoreDown): clients sending the 20,000-descriptor body and clients at the
+// bounds (64 counted limits with 1 KiB values) run concurrently with light
+// checks of a failure_mode: closed rule. The breaker must stay closed and
+// the light checks be decided by Redis.
+func TestHeavyChecksKeepTheBreakerClosed(t *testing.T) {
+	client, err := limiter.NewClient(testenv.RedisURL(t),
+		limiter.WithTimeout(limiter.DefaultTimeout), limiter.WithDialTimeout(limiter.DefaultTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	brk := breaker.New(breaker.Config{Hard: engine.StoreDown})
+	eng := engine.New(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{}), testenv.KeyPrefix(t),
+		engine.WithBreaker(brk))
+	if err := eng.Apply(1, compile(t, `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+    failure_mode: closed
+`)); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var (
+		wg                      sync.WaitGroup
+		light, lightFailed      atomic.Int64
+		heavy, attack, accepted atomic.Int64
+	)
+	run := func(n int, fn func(g int)) {
+		for g := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					fn(g)
+				}
+			}()
+		}
+	}
+	huge := engine.Request{Domain: "api", Descriptors: descriptors(20_000, "attack-", 40)}
+	run(2, func(int) {
+		if _, err := eng.Check(context.Background(), huge); !errors.Is(err, engine.ErrInvalidRequest) {
+			accepted.Add(1)
+		}
+		attack.Add(1)
+		// Refused at once, it would spin on the CPU the others need.
+		time.Sleep(time.Millisecond)
+	})
+	atBound := engine.Request{Domain: "api", Descriptors: descriptors(engine.MaxDescriptors, "heavy-", 1<<10)}
+	run(4, func(int) {
+		if _, err := eng.Check(context.Background(), atBound); err != nil {
+			t.Errorf("check at the bounds: %v", err)
+		}
+		heavy.Add(1)
+	})
+	run(4, func(g int) {
+		res, err := eng.Check(context.Background(), req(entry("user", fmt.Sprintf("light-%d", g))))
+		if err != nil {
+			t.Errorf("light check: %v", err)
+			return
+		}
+		light.Add(1)
+		if res.StoreErr != nil {
+			lightFailed.Add(1)
+		}
+	})
+	wg.Wait()
+
+	t.Logf("light checks %d (store failed %d), at-bound checks %d, 20,000-descriptor checks %d (accepted %d), breaker trips %d",
+		light.Load(), lightFailed.Load(), heavy.Load(), attack.Load(), accepted.Load(), brk.Trips())
+	if n := accepted.Load(); n > 0 {
+		t.Errorf("%d checks of 20,000 descriptors were accepted, want all refused as invalid", n)
+	}
+	if n := brk.Trips(); n > 0 {
+		t.Errorf("breaker opened %d times, want it closed throughout", n)
+	}
+	if light.Load() == 0 || lightFailed.Load()*100 > light.Load() {
+		t.Errorf("%d of %d light checks were not decided by Redis, want under 1%%", lightFailed.Load(), light.Load())
+	}
+}
+
+// TestCheckHeavyFailuresDoNotOpenTheBreaker: against a store that refuses
+// connections, heavy checks (over engine.HeavyLimits counted limits) alone
+// never open the breaker; light checks still do.
+func TestCheckHeavyFailuresDoNotOpenTheBreaker(t *testing.T) {
+	b := breaker.New(breaker.Config{Failures: 3, Cooldown: time.Hour})
+	eng := deadEngine(t, engine.WithBreaker(b))
+	heavy := engine.Request{Domain: "api", Descriptors: descriptors(engine.HeavyLimits+1, "h", 4)}
+	for range 10 {
+		res := check(t, eng, heavy)
+		if res.StoreErr == nil || errors.Is(res.StoreErr, breaker.ErrOpen) {
+			t.Fatalf("heavy check: store error %v, want the store's own failure", res.StoreErr)
+		}
+	}
+	if b.State() != breaker.Closed {
+		t.Fatalf("breaker %v after heavy failures alone, want closed", b.State())
+	}
+	atLimit := engine.Request{Domain: "api", Descriptors: descriptors(engine.HeavyLimits, "l", 4)}
+	for range 3 {
+		check(t, eng, atLimit)
+	}
+	if b.State() != breaker.Open {
+		t.Errorf("breaker %v after 3 failures of checks of %d limits, want open", b.State(), engine.HeavyLimits)
+	}
+}
