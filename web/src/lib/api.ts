@@ -563,3 +563,211 @@ export async function disableToken(id: number): Promise<void> {
 export function rotateToken(id: number): Promise<NewToken> {
   return request<NewToken>('POST', `/tokens/${seg(id)}/rotate`, {});
 }
+
+// --- live traffic (issue 14) -------------------------------------------------------
+
+/** Counts are one rule's decisions in one second or one step bucket. */
+export interface Counts {
+  allowed: number;
+  limited: number;
+  shadow_limited: number;
+  store_errors: number;
+}
+
+/** StatsPoint is one rule's counts at t (Unix seconds; the start of the bucket). */
+export interface StatsPoint extends Counts {
+  t: number;
+}
+
+/** TopValue is a descriptor value and how often it was limited. */
+export interface TopValue {
+  value: string;
+  count: number;
+}
+
+/** RuleStats is one rule's points: SPARSE, a missing t means all zeros. */
+export interface RuleStats {
+  domain: string;
+  rule: string;
+  points: StatsPoint[];
+  /** Most limited values over the window, most first (live only). */
+  top_limited?: TopValue[];
+  /** Set when the values are shown to this viewer in masked form. */
+  masked?: boolean;
+}
+
+/** Marker is a version event on the time axis. */
+export interface Marker {
+  t: number;
+  version: number;
+  kind: 'publish' | 'rollback' | 'promote' | string;
+  author: string;
+  message: string;
+}
+
+/** Spike is a stretch of unusual 429s of one rule; end is null while it lasts. */
+export interface Spike {
+  id: number;
+  domain: string;
+  rule: string;
+  start: number;
+  end: number | null;
+  peak_limited_per_s: number;
+  baseline_per_s: number;
+}
+
+/** StatsWindow is GET /stats/live or /stats/history. */
+export interface StatsWindow {
+  step_s: number;
+  from: number;
+  to: number;
+  rules: RuleStats[];
+  markers: Marker[];
+  spikes: Spike[];
+}
+
+function statsWindow(w: Partial<StatsWindow>): StatsWindow {
+  return {
+    step_s: w.step_s ?? 1,
+    from: w.from ?? 0,
+    to: w.to ?? 0,
+    rules: (w.rules ?? []).map((r) => ({ ...r, points: r.points ?? [] })),
+    markers: w.markers ?? [],
+    spikes: w.spikes ?? [],
+  };
+}
+
+/** statsLive returns the last 15 minutes at 1 s, of one domain or of all. */
+export async function statsLive(domain?: string): Promise<StatsWindow> {
+  return statsWindow(await request<Partial<StatsWindow>>('GET', `/stats/live${query({ domain })}`));
+}
+
+/** HistoryQuery picks a stretch of the per-minute rollups; from/to are Unix seconds. */
+export interface HistoryQuery {
+  domain?: string;
+  rule?: string;
+  from: number;
+  to: number;
+  step: number;
+}
+
+/** statsHistory returns the rollups in [from, to) in buckets of step seconds. */
+export async function statsHistory(q: HistoryQuery): Promise<StatsWindow> {
+  const iso = (s: number) => new Date(s * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+  const path = `/stats/history${query({ domain: q.domain, rule: q.domain ? q.rule : undefined, from: iso(q.from), to: iso(q.to), step: q.step })}`;
+  return statsWindow(await request<Partial<StatsWindow>>('GET', path));
+}
+
+/** DomainSparkline is one domain's last 15 minutes, dense, one count per step bucket. */
+export interface DomainSparkline {
+  domain: string;
+  limited: number[];
+  allowed: number[];
+}
+
+/** DomainStats is GET /stats/domains. */
+export interface DomainStats {
+  step_s: number;
+  from: number;
+  domains: DomainSparkline[];
+}
+
+/** statsDomains returns every domain's 429s of the last 15 minutes (the Domains page's sparklines). */
+export async function statsDomains(): Promise<DomainStats> {
+  const out = await request<Partial<DomainStats>>('GET', '/stats/domains');
+  return { step_s: out.step_s ?? 10, from: out.from ?? 0, domains: out.domains ?? [] };
+}
+
+/** TickRule is one rule's counts in a tick (rules with all-zero counts are left out). */
+export interface TickRule extends Counts {
+  domain: string;
+  rule: string;
+  /** This second's most limited values. */
+  top_limited?: TopValue[];
+}
+
+/** StreamMessage is what the stats websocket sends. */
+export type StreamMessage =
+  | { type: 'tick'; t: number; rules: TickRule[] }
+  | ({ type: 'marker' } & Marker)
+  | ({ type: 'spike'; state: 'start' | 'end' } & Spike);
+
+/** statsStreamURL is the websocket of the per-second ticks (the session cookie authenticates it). */
+export function statsStreamURL(domain?: string): string {
+  const proto = window.location.protocol === 'https:' ? 'wss:' : 'ws:';
+  return `${proto}//${window.location.host}${base}/stats/stream${query({ domain })}`;
+}
+
+// --- alerts (admin, issue 14) --------------------------------------------------------
+
+/** SpikeEvent is what a webhook can be sent. */
+export type SpikeEvent = 'spike.start' | 'spike.end';
+
+/** Webhook is an alert target. */
+export interface Webhook {
+  url: string;
+  events: SpikeEvent[];
+}
+
+/** SpikeSettings are when a spike starts: 429/s over floor_per_s and factor × baseline for for_s seconds. */
+export interface SpikeSettings {
+  floor_per_s: number;
+  factor: number;
+  for_s: number;
+}
+
+/** DomainAlertSettings override the spike defaults for one domain; mask_values hides values from viewers. */
+export interface DomainAlertSettings extends Partial<SpikeSettings> {
+  mask_values?: boolean;
+}
+
+/** Delivery is one webhook POST and its state. */
+export interface Delivery {
+  id: number;
+  event: string;
+  url: string;
+  domain?: string;
+  rule?: string;
+  status: 'pending' | 'delivered' | 'failed' | string;
+  attempts: number;
+  last_error?: string;
+  created_at: string;
+  delivered_at?: string | null;
+}
+
+/** AlertSettings is what PUT /alerts takes. */
+export interface AlertSettings {
+  webhooks: Webhook[];
+  spike_defaults: SpikeSettings;
+  domains: Record<string, DomainAlertSettings>;
+}
+
+/** Alerts is GET /alerts: the settings and the recent deliveries. */
+export interface Alerts extends AlertSettings {
+  deliveries: Delivery[];
+}
+
+function alertsOf(a: Partial<Alerts>): Alerts {
+  return {
+    webhooks: a.webhooks ?? [],
+    spike_defaults: a.spike_defaults ?? { floor_per_s: 5, factor: 5, for_s: 3 },
+    domains: a.domains ?? {},
+    deliveries: a.deliveries ?? [],
+  };
+}
+
+/** alerts reads the alert settings and recent deliveries (admin). */
+export async function alerts(): Promise<Alerts> {
+  return alertsOf(await request<Partial<Alerts>>('GET', '/alerts'));
+}
+
+/** saveAlerts replaces the alert settings (admin); the answer is the new state. */
+export async function saveAlerts(s: AlertSettings): Promise<Alerts> {
+  return alertsOf(await request<Partial<Alerts>>('PUT', '/alerts', s));
+}
+
+/** testAlert queues an alert.test delivery to every webhook; returns how many. */
+export async function testAlert(): Promise<number> {
+  const out = await request<{ queued?: number }>('POST', '/alerts/test', {});
+  return out.queued ?? 0;
+}

@@ -17,6 +17,7 @@ describe('matchRoute', () => {
     ['/tokens', 'tokens', {}],
     ['/approvals', 'approvals', {}],
     ['/traffic', 'traffic', {}],
+    ['/alerts', 'alerts', {}],
     ['/nope', 'not-found', {}],
     ['/domains/%E0%A4%A', 'domain', { name: '%E0%A4%A' }],
   ])('%s → %s', (path, page, params) => {

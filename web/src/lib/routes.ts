@@ -14,6 +14,7 @@ export interface Route {
     | 'users'
     | 'tokens'
     | 'traffic'
+    | 'alerts'
     | 'not-found';
   params: Record<string, string>;
 }
@@ -40,6 +41,7 @@ export function matchRoute(path: string): Route {
     case 'users':
     case 'tokens':
     case 'traffic':
+    case 'alerts':
       if (parts.length === 1) return r(a);
       break;
   }

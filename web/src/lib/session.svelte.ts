@@ -26,14 +26,16 @@ export interface Notice {
   id: number;
   tone: 'ok' | 'error' | 'warn';
   text: string;
+  /** A follow-up page ("Watch its effect on live traffic"). */
+  link?: { href: string; text: string };
 }
 
 class Notices {
   list = $state<Notice[]>([]);
   private next = 1;
 
-  push(tone: Notice['tone'], text: string): void {
-    this.list = [...this.list.slice(-3), { id: this.next++, tone, text }];
+  push(tone: Notice['tone'], text: string, link?: Notice['link']): void {
+    this.list = [...this.list.slice(-3), { id: this.next++, tone, text, link }];
   }
   dismiss(id: number): void {
     this.list = this.list.filter((n) => n.id !== id);
