@@ -77,7 +77,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	}
 
 	h := hub.New(st, log)
-	agg := stats.New(stats.Config{Store: st, Log: log.With("component", "stats"), Replica: h.ID(),
+	agg := stats.New(stats.Config{Store: st, Log: log, Replica: h.ID(),
 		Retention: cfg.StatsRetention, PublicURL: publicURL, SpikeWarmup: cfg.SpikeWarmup})
 	if err := agg.Load(ctx); err != nil {
 		log.Warn("load live traffic; it fills as nodes report", "error", err)

@@ -36,7 +36,7 @@ const (
 	baselineTau = 60.0 // seconds
 	detectLag   = 3
 	// DefaultSpikeWarmup is a rule's warm-up when Config.SpikeWarmup is zero.
-	DefaultSpikeWarmup = 30 * time.Second
+	DefaultSpikeWarmup = 10 * time.Second
 	// leaderLock is the advisory lock the leading replica holds ("sluice"
 	// and 1).
 	leaderLock int64 = 0x736c756963650001
