@@ -20,8 +20,8 @@ import (
 // node per second, spread over the replicas: decoding each report from
 // JSON, as the hub does, then Ingest. One op is one second of fleet
 // traffic, paced in real time. It reports the process's CPU time per
-// op (per second of traffic, however long the op took) (all three replicas together, Postgres excluded), the
-// live heap after the run, and the latency from a report's Ingest to its
+// op (per second of traffic, however long the op took; all three replicas
+// together, Postgres excluded), the live heap after the run, and the latency from a report's Ingest to its
 // second's tick at a browser stream of another replica (p50, p99).
 //
 //	go test -run '^$' -bench BenchmarkConsoleLoad -benchtime 20x ./backend/stats/
@@ -47,16 +47,7 @@ func BenchmarkConsoleLoad(b *testing.B) {
 	}
 	defer func() { cancel(); wg.Wait() }()
 
-	// Reports: every rule of "api" allowed, a tenth limited with a top value.
-	payloads := make([][]byte, nodes)
-	for n := range payloads {
-		rs := make([]wire.RuleStats, rules)
-		for r := range rs {
-			rs[r] = wire.RuleStats{Domain: "api", Rule: fmt.Sprintf("rule-%04d", r), Allowed: 90, Limited: 10,
-				TopLimited: []wire.ValueCount{{Value: fmt.Sprintf("key-%d", n%7), Count: 10}}}
-		}
-		payloads[n], _ = json.Marshal(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000, Rules: rs})
-	}
+	payloads := benchReports(nodes, rules)
 
 	// A browser on the last replica: when did each second's tick arrive?
 	sub := aggs[replicas-1].Subscribe("api", false)
@@ -133,5 +124,51 @@ func BenchmarkConsoleLoad(b *testing.B) {
 		if len(got) != 1 || got[0].Allowed < int64(90*nodes*(b.N-1)) {
 			b.Errorf("replica %s: rule-0000 totals %+v after %d s of %d nodes", a.replica, got, b.N, nodes)
 		}
+	}
+}
+
+// benchReports returns one report per node: every rule of "api" allowed,
+// a tenth limited, with a top value.
+func benchReports(nodes, rules int) [][]byte {
+	payloads := make([][]byte, nodes)
+	for n := range payloads {
+		rs := make([]wire.RuleStats, rules)
+		for r := range rs {
+			rs[r] = wire.RuleStats{Domain: "api", Rule: fmt.Sprintf("rule-%04d", r), Allowed: 90, Limited: 10,
+				TopLimited: []wire.ValueCount{{Value: fmt.Sprintf("key-%d", n%7), Count: 10}}}
+		}
+		payloads[n], _ = json.Marshal(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000, Rules: rs})
+	}
+	return payloads
+}
+
+// BenchmarkConsoleLoadBaseline is the previous version's work for the
+// same traffic, the baseline of BenchmarkConsoleLoad: the hub decoded each
+// report and summed it into the node's rates, and nothing else.
+//
+//	go test -run '^$' -bench 'BenchmarkConsoleLoad(Baseline)?$' -benchtime 20x ./backend/stats/
+func BenchmarkConsoleLoadBaseline(b *testing.B) {
+	payloads := benchReports(100, 1000)
+	var before, after syscall.Rusage
+	var sum int64
+	syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	for range b.N {
+		next := time.Now().Truncate(time.Second).Add(time.Second)
+		for _, p := range payloads {
+			msg, err := wire.Decode(p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range msg.(*wire.Stats).Rules {
+				sum += r.Allowed + r.Limited + r.ShadowLimited + r.StoreErrors
+			}
+		}
+		time.Sleep(time.Until(next))
+	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	cpu := after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano()
+	b.ReportMetric(float64(cpu)/1e6/float64(b.N), "cpu-ms/op")
+	if sum == 0 {
+		b.Fatal("nothing decoded")
 	}
 }
