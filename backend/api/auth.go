@@ -126,7 +126,10 @@ func caller(c *gin.Context) *principal {
 }
 
 func (a *API) actor(c *gin.Context) store.Actor {
-	act := store.Actor{IP: c.ClientIP(), UserAgent: truncate(c.Request.UserAgent(), 512), RequestID: c.GetString("request_id")}
+	// A User-Agent is not refused for invalid UTF-8 (net/http lets such
+	// bytes through), but Postgres would refuse it in the audit row.
+	ua := truncate(strings.ToValidUTF8(c.Request.UserAgent(), "\uFFFD"), 512)
+	act := store.Actor{IP: c.ClientIP(), UserAgent: ua, RequestID: c.GetString("request_id")}
 	if p := caller(c); p != nil {
 		act.Name, act.Owner = p.name, p.owner
 	} else {
