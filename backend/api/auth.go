@@ -22,11 +22,19 @@ const (
 	csrfHeader    = "X-CSRF-Token"
 )
 
-// Sign-in throttling: attempts per client address and per username, each a
-// token bucket. Both are charged on every attempt, successful or not.
+// Sign-in throttling, each a token bucket per minute (the rate is also the
+// burst). Every attempt is charged to its client address and to the pair
+// (username, address), so wrong passwords from one address never lock the
+// user out of another. Failed attempts are also charged to a per-username
+// brake, far higher, against a guess spread over many addresses; the brake
+// refuses only addresses that have themselves failed for that username in
+// the last failMemory, so a user whose address has no failures always gets
+// in.
 const (
-	loginPerIP   = 20 // per minute, also the burst
-	loginPerUser = 10 // per minute, also the burst
+	loginPerIP     = 20  // attempts per address
+	loginPerUserIP = 10  // attempts per (username, address)
+	loginBrake     = 100 // failures per username, over every address
+	failMemory     = 15 * time.Minute
 )
 
 // principal is who a request acts as.
@@ -138,34 +146,66 @@ func (a *API) actor(c *gin.Context) store.Actor {
 	return act
 }
 
-// allowAttempt charges one sign-in attempt to the client address and to the
-// username. When either is exhausted it answers 429 with Retry-After and
-// returns false; the message names neither, nor whether the user exists.
+// allowAttempt decides one sign-in attempt for username from the client
+// address (see loginPerIP). When it is refused it answers 429 with
+// Retry-After and returns false; the message names neither the user nor
+// whether it exists.
 func (a *API) allowAttempt(c *gin.Context, username string) bool {
-	reqs := []limiter.Request{
-		{Key: "login:ip:" + c.ClientIP(), Algorithm: rules.TokenBucket, Limit: loginPerIP, Period: time.Minute, Hits: 1},
-		{Key: "login:user:" + strings.ToLower(username), Algorithm: rules.TokenBucket, Limit: loginPerUser, Period: time.Minute, Hits: 1},
-	}
-	ds, err := a.throttle.Take(c.Request.Context(), reqs)
+	user, ip := strings.ToLower(username), c.ClientIP()
+	peek, err := a.throttle.Take(c.Request.Context(), []limiter.Request{failedMark(user, ip, 0), brake(user, 0)})
 	if err != nil {
 		a.fail(c, err)
 		return false
 	}
 	var wait time.Duration
-	for _, d := range ds {
-		if !d.Allowed {
-			wait = max(wait, d.RetryAfter)
+	if peek[0].Remaining < 1 && peek[1].Remaining < 1 {
+		wait = time.Minute / loginBrake // one failure's worth of the brake refills
+	} else {
+		ds, err := a.throttle.Take(c.Request.Context(), []limiter.Request{
+			{Key: "login:ip:" + ip, Algorithm: rules.TokenBucket, Limit: loginPerIP, Period: time.Minute, Hits: 1},
+			{Key: "login:ip-user:" + ip + "|" + user, Algorithm: rules.TokenBucket, Limit: loginPerUserIP, Period: time.Minute, Hits: 1},
+		})
+		if err != nil {
+			a.fail(c, err)
+			return false
+		}
+		for _, d := range ds {
+			if !d.Allowed {
+				wait = max(wait, d.RetryAfter)
+			}
 		}
 	}
 	if wait == 0 {
 		return true
 	}
 	secs := int(math.Ceil(wait.Seconds()))
-	a.log.WarnContext(c, "sign-in throttled", "ip", c.ClientIP(), "request_id", c.GetString("request_id"))
+	a.log.WarnContext(c, "sign-in throttled", "ip", ip, "request_id", c.GetString("request_id"))
 	c.Header("Retry-After", strconv.Itoa(secs))
 	a.fail(c, httpError(http.StatusTooManyRequests, "too_many_attempts",
 		"too many sign-in attempts; try again in "+strconv.Itoa(secs)+" s"))
 	return false
+}
+
+// failedAttempt charges a failed sign-in to the username's brake and marks
+// the address as having failed for it.
+func (a *API) failedAttempt(c *gin.Context, username string) error {
+	user, ip := strings.ToLower(username), c.ClientIP()
+	// Two Takes: the brake being empty must not keep the mark from being set.
+	if _, err := a.throttle.Take(c.Request.Context(), []limiter.Request{brake(user, 1)}); err != nil {
+		return err
+	}
+	_, err := a.throttle.Take(c.Request.Context(), []limiter.Request{failedMark(user, ip, 1)})
+	return err
+}
+
+// failedMark is a bucket of one that a failure empties and that is full
+// again failMemory later: empty means the address failed for the user.
+func failedMark(user, ip string, hits int64) limiter.Request {
+	return limiter.Request{Key: "login:failed:" + ip + "|" + user, Algorithm: rules.TokenBucket, Limit: 1, Period: failMemory, Hits: hits}
+}
+
+func brake(user string, hits int64) limiter.Request {
+	return limiter.Request{Key: "login:brake:" + user, Algorithm: rules.TokenBucket, Limit: loginBrake, Period: time.Minute, Hits: hits}
 }
 
 type loginRequest struct {
@@ -188,6 +228,10 @@ func (a *API) login(c *gin.Context) {
 	}
 	user, err := a.store.Authenticate(c.Request.Context(), req.Username, req.Password)
 	if errors.Is(err, store.ErrBadCredentials) {
+		if ferr := a.failedAttempt(c, req.Username); ferr != nil {
+			a.fail(c, ferr)
+			return
+		}
 		if rerr := a.store.RecordLogin(c.Request.Context(), "auth.login_failed", req.Username, a.actor(c)); rerr != nil {
 			a.fail(c, rerr)
 			return
@@ -266,6 +310,10 @@ func (a *API) changePassword(c *gin.Context) {
 	}
 	err := a.store.ChangePassword(c.Request.Context(), p.userID, req.CurrentPassword, req.NewPassword, p.secret, a.actor(c))
 	if errors.Is(err, store.ErrBadCredentials) {
+		if ferr := a.failedAttempt(c, p.username); ferr != nil {
+			a.fail(c, ferr)
+			return
+		}
 		a.fail(c, httpError(http.StatusForbidden, "wrong_password", "the current password is wrong"))
 		return
 	}
