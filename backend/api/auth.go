@@ -44,6 +44,7 @@ type principal struct {
 	username string // for users
 	userID   int64  // for users
 	role     string
+	tokenID  int64  // for tokens
 	cookie   bool   // authenticated by session cookie (needs CSRF on writes)
 	csrf     string // the session's CSRF token
 	secret   string // the session secret, for logout
@@ -68,7 +69,7 @@ func (a *API) authenticate(c *gin.Context) {
 			a.fail(c, unauthorized(err))
 			return
 		}
-		c.Set("principal", &principal{name: "token:" + tok.Name + "#" + itoa(tok.ID), owner: tok.CreatedBy, role: tok.Role})
+		c.Set("principal", &principal{name: "token:" + tok.Name + "#" + itoa(tok.ID), owner: tok.CreatedBy, role: tok.Role, tokenID: tok.ID})
 		c.Next()
 		return
 	}
