@@ -66,8 +66,9 @@ type API struct {
 	throttle Throttle
 	openapi  []byte
 
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	requests      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	loginFailures *prometheus.CounterVec
 }
 
 // The console never runs gin in debug mode, not even for the throwaway
@@ -99,7 +100,11 @@ func New(cfg Config) *API {
 		Name: "sluice_console_http_request_seconds", Help: "HTTP request latency by route.",
 		Buckets: prometheus.DefBuckets,
 	}, []string{"route"})
-	reg.MustRegister(a.requests, a.latency,
+	a.loginFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_console_login_failures_total",
+		Help: "Failed sign-ins: audited, over_budget (an existing user's, past the audit budget) or unknown_user (never audited).",
+	}, []string{"outcome"})
+	reg.MustRegister(a.requests, a.latency, a.loginFailures,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_console_connected_nodes", Help: "Enforcers connected to this console."},
 			func() float64 { return float64(a.hub.Connected()) }))
 

@@ -187,6 +187,32 @@ func (a *API) allowAttempt(c *gin.Context, username string) bool {
 	return false
 }
 
+// Failed sign-ins in the audit trail: only for usernames that exist (a
+// typed username may be a password typed into the wrong field), and at
+// most loginAuditPerHour per user, so anonymous clients cannot grow the
+// trail without bound. Every failure is counted in
+// sluice_console_login_failures_total{audited}.
+const loginAuditPerHour = 20
+
+// recordFailedLogin audits or counts a failed sign-in (see loginAuditPerHour).
+func (a *API) recordFailedLogin(c *gin.Context, username string, err error) error {
+	if errors.Is(err, store.ErrUnknownUser) {
+		a.loginFailures.WithLabelValues("unknown_user").Inc()
+		return nil
+	}
+	ds, terr := a.throttle.Take(c.Request.Context(), []limiter.Request{{Key: "login:audit:" + username,
+		Algorithm: rules.TokenBucket, Limit: loginAuditPerHour, Period: time.Hour, Hits: 1}})
+	if terr != nil {
+		return terr
+	}
+	if !ds[0].Allowed {
+		a.loginFailures.WithLabelValues("over_budget").Inc()
+		return nil
+	}
+	a.loginFailures.WithLabelValues("audited").Inc()
+	return a.store.RecordLogin(c.Request.Context(), "auth.login_failed", username, a.actor(c))
+}
+
 // failedAttempt charges a failed sign-in to the username's brake and marks
 // the address as having failed for it.
 func (a *API) failedAttempt(c *gin.Context, username string) error {
@@ -233,7 +259,7 @@ func (a *API) login(c *gin.Context) {
 			a.fail(c, ferr)
 			return
 		}
-		if rerr := a.store.RecordLogin(c.Request.Context(), "auth.login_failed", req.Username, a.actor(c)); rerr != nil {
+		if rerr := a.recordFailedLogin(c, req.Username, err); rerr != nil {
 			a.fail(c, rerr)
 			return
 		}

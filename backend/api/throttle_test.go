@@ -114,3 +114,54 @@ func TestLoginBrake(t *testing.T) {
 }
 
 const failMemoryForTest = 15 * time.Minute
+
+// TestFailedSignInAudit (issue 13, defect 7): a failed sign-in is audited
+// only for a username that exists (a password typed into the username
+// field never reaches the trail every viewer reads), and at most 20 an hour
+// per user; the rest are counted in sluice_console_login_failures_total.
+func TestFailedSignInAudit(t *testing.T) {
+	f := newFixture(t)
+	srv := behindProxy(t, f)
+	const typedSecret = "hunter2-Typed-Into-Username"
+	if got := loginFrom(t, srv, "203.0.113.1", typedSecret, "wrong"); got != 401 {
+		t.Fatalf("unknown user = %d, want 401", got)
+	}
+	for i := range 25 { // 10 per address, under the brake
+		if got := loginFrom(t, srv, "203.0.113."+strconv.Itoa(10+i/10), "alice", "wrong"); got != 401 {
+			t.Fatalf("alice attempt %d = %d, want 401", i+1, got)
+		}
+	}
+	status, body := f.call(t, "GET", "/api/v1/audit?action=auth.login_failed&limit=1000", "viewer", "")
+	if status != 200 {
+		t.Fatalf("audit = %d %s", status, truncate(body))
+	}
+	if strings.Contains(body, typedSecret) {
+		t.Errorf("the audit trail holds the typed username %q", typedSecret)
+	}
+	if got := strings.Count(body, `"target":"user:alice"`); got != 20 {
+		t.Errorf("%d failed sign-ins of alice audited, want 20 (the hourly budget)", got)
+	}
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`sluice_console_login_failures_total{outcome="audited"} 20`,
+		`sluice_console_login_failures_total{outcome="over_budget"} 5`,
+		`sluice_console_login_failures_total{outcome="unknown_user"} 1`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	f.clock.advance(time.Hour)
+	if got := loginFrom(t, srv, "203.0.113.99", "alice", "wrong"); got != 401 {
+		t.Fatalf("after an hour = %d, want 401", got)
+	}
+	_, body = f.call(t, "GET", "/api/v1/audit?action=auth.login_failed&limit=1000", "viewer", "")
+	if got := strings.Count(body, `"target":"user:alice"`); got != 21 {
+		t.Errorf("after an hour, %d failed sign-ins of alice audited, want 21", got)
+	}
+}
