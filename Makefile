@@ -1,7 +1,8 @@
 # Sluice developer tasks.
 #
 #   make run     Postgres + Redis, build UI and binary, run everything on this machine
-#   make test    go vet + all Go tests against real Postgres and Redis, then the UI's tests
+#   make test    go vet + all Go tests against real Postgres and Redis, every fuzz target
+#                for a few seconds (scripts/fuzz.sh, FUZZTIME=2s each), then the UI's tests
 #   make ui-test the UI's tests alone: svelte-check, vitest, JS budget, Playwright e2e
 #   make build   UI (web/dist) + bin/sluice
 #   make clean   remove build output (keeps node_modules and .data)
@@ -63,6 +64,7 @@ run: services build
 # installs it as root), and this is the only Node step in `test`.
 test: services
 	. ./$(ENV) && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+	GO=$(GO) bash scripts/fuzz.sh
 	$(MAKE) --no-print-directory ui-test
 
 ## Housekeeping ------------------------------------------------------------------------

@@ -187,7 +187,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grp
 	defer client.Close()
 	// The Batcher pipelines and coalesces the node's concurrent Takes and
 	// answers limits known to be over from its cache.
-	eng := newEngine(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{}), cfg.KeyPrefix, log)
+	// Its Timeout bounds a check's whole wait, queueing included.
+	eng := newEngine(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{Timeout: cfg.StoreTimeout}), cfg.KeyPrefix, log)
 
 	reg := prometheus.NewRegistry()
 	sub, err := subscriber.New(subscriber.Config{

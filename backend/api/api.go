@@ -7,10 +7,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -18,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,8 +66,9 @@ type API struct {
 	throttle Throttle
 	openapi  []byte
 
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	requests      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	loginFailures *prometheus.CounterVec
 }
 
 // The console never runs gin in debug mode, not even for the throwaway
@@ -102,7 +100,11 @@ func New(cfg Config) *API {
 		Name: "sluice_console_http_request_seconds", Help: "HTTP request latency by route.",
 		Buckets: prometheus.DefBuckets,
 	}, []string{"route"})
-	reg.MustRegister(a.requests, a.latency,
+	a.loginFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_console_login_failures_total",
+		Help: "Failed sign-ins: audited, over_budget (an existing user's, past the audit budget) or unknown_user (never audited).",
+	}, []string{"outcome"})
+	reg.MustRegister(a.requests, a.latency, a.loginFailures,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_console_connected_nodes", Help: "Enforcers connected to this console."},
 			func() float64 { return float64(a.hub.Connected()) }))
 
@@ -112,7 +114,7 @@ func New(cfg Config) *API {
 		a.log.Warn("ignoring invalid trusted proxies", "error", err)
 		_ = r.SetTrustedProxies(nil)
 	}
-	r.Use(a.recover, a.observe, securityHeaders, limitBody, a.checkOrigin)
+	r.Use(a.recover, a.observe, securityHeaders, limitBody, a.checkOrigin, a.checkInput)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", a.readyz)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
@@ -282,46 +284,6 @@ func (a *API) h(fn func(c *gin.Context) error) gin.HandlerFunc {
 			a.fail(c, err)
 		}
 	}
-}
-
-// checkText refuses text that holds a NUL byte or is not valid UTF-8,
-// naming the field.
-func checkText(field, s string) error {
-	if !utf8.ValidString(s) {
-		return badRequest("%s is not valid UTF-8", field)
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		return badRequest("%s holds a NUL byte", field)
-	}
-	return nil
-}
-
-// decode reads a JSON body strictly: bounded size, unknown fields refused.
-func decode(c *gin.Context, v any) error { return decodeLimit(c, v, maxBodyBytes, false) }
-
-// decodeOptional is decode for bodies that may be empty (all fields optional).
-func decodeOptional(c *gin.Context, v any) error { return decodeLimit(c, v, maxBodyBytes, true) }
-
-func decodeLimit(c *gin.Context, v any, limit int64, optional bool) error {
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooBig):
-			return httpError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", tooBig.Limit))
-		case errors.Is(err, io.EOF) && optional:
-			return nil
-		case errors.Is(err, io.EOF):
-			return badRequest("request body is empty")
-		}
-		return badRequest("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if dec.More() {
-		return badRequest("invalid JSON: trailing data after the object")
-	}
-	return nil
 }
 
 func pathInt(c *gin.Context, name string) (int64, error) {

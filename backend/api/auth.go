@@ -22,11 +22,19 @@ const (
 	csrfHeader    = "X-CSRF-Token"
 )
 
-// Sign-in throttling: attempts per client address and per username, each a
-// token bucket. Both are charged on every attempt, successful or not.
+// Sign-in throttling, each a token bucket per minute (the rate is also the
+// burst). Every attempt is charged to its client address and to the pair
+// (username, address), so wrong passwords from one address never lock the
+// user out of another. Failed attempts are also charged to a per-username
+// brake, far higher, against a guess spread over many addresses; the brake
+// refuses only addresses that have themselves failed for that username in
+// the last failMemory, so a user whose address has no failures always gets
+// in.
 const (
-	loginPerIP   = 20 // per minute, also the burst
-	loginPerUser = 10 // per minute, also the burst
+	loginPerIP     = 20  // attempts per address
+	loginPerUserIP = 10  // attempts per (username, address)
+	loginBrake     = 100 // failures per username, over every address
+	failMemory     = 15 * time.Minute
 )
 
 // principal is who a request acts as.
@@ -36,6 +44,7 @@ type principal struct {
 	username string // for users
 	userID   int64  // for users
 	role     string
+	tokenID  int64  // for tokens
 	cookie   bool   // authenticated by session cookie (needs CSRF on writes)
 	csrf     string // the session's CSRF token
 	secret   string // the session secret, for logout
@@ -60,7 +69,7 @@ func (a *API) authenticate(c *gin.Context) {
 			a.fail(c, unauthorized(err))
 			return
 		}
-		c.Set("principal", &principal{name: "token:" + tok.Name + "#" + itoa(tok.ID), owner: tok.CreatedBy, role: tok.Role})
+		c.Set("principal", &principal{name: "token:" + tok.Name + "#" + itoa(tok.ID), owner: tok.CreatedBy, role: tok.Role, tokenID: tok.ID})
 		c.Next()
 		return
 	}
@@ -126,7 +135,10 @@ func caller(c *gin.Context) *principal {
 }
 
 func (a *API) actor(c *gin.Context) store.Actor {
-	act := store.Actor{IP: c.ClientIP(), UserAgent: truncate(c.Request.UserAgent(), 512), RequestID: c.GetString("request_id")}
+	// A User-Agent is not refused for invalid UTF-8 (net/http lets such
+	// bytes through), but Postgres would refuse it in the audit row.
+	ua := truncate(strings.ToValidUTF8(c.Request.UserAgent(), "\uFFFD"), 512)
+	act := store.Actor{IP: c.ClientIP(), UserAgent: ua, RequestID: c.GetString("request_id")}
 	if p := caller(c); p != nil {
 		act.Name, act.Owner = p.name, p.owner
 	} else {
@@ -135,34 +147,92 @@ func (a *API) actor(c *gin.Context) store.Actor {
 	return act
 }
 
-// allowAttempt charges one sign-in attempt to the client address and to the
-// username. When either is exhausted it answers 429 with Retry-After and
-// returns false; the message names neither, nor whether the user exists.
+// allowAttempt decides one sign-in attempt for username from the client
+// address (see loginPerIP). When it is refused it answers 429 with
+// Retry-After and returns false; the message names neither the user nor
+// whether it exists.
 func (a *API) allowAttempt(c *gin.Context, username string) bool {
-	reqs := []limiter.Request{
-		{Key: "login:ip:" + c.ClientIP(), Algorithm: rules.TokenBucket, Limit: loginPerIP, Period: time.Minute, Hits: 1},
-		{Key: "login:user:" + strings.ToLower(username), Algorithm: rules.TokenBucket, Limit: loginPerUser, Period: time.Minute, Hits: 1},
-	}
-	ds, err := a.throttle.Take(c.Request.Context(), reqs)
+	user, ip := strings.ToLower(username), c.ClientIP()
+	peek, err := a.throttle.Take(c.Request.Context(), []limiter.Request{failedMark(user, ip, 0), brake(user, 0)})
 	if err != nil {
 		a.fail(c, err)
 		return false
 	}
 	var wait time.Duration
-	for _, d := range ds {
-		if !d.Allowed {
-			wait = max(wait, d.RetryAfter)
+	if peek[0].Remaining < 1 && peek[1].Remaining < 1 {
+		wait = time.Minute / loginBrake // one failure's worth of the brake refills
+	} else {
+		ds, err := a.throttle.Take(c.Request.Context(), []limiter.Request{
+			{Key: "login:ip:" + ip, Algorithm: rules.TokenBucket, Limit: loginPerIP, Period: time.Minute, Hits: 1},
+			{Key: "login:ip-user:" + ip + "|" + user, Algorithm: rules.TokenBucket, Limit: loginPerUserIP, Period: time.Minute, Hits: 1},
+		})
+		if err != nil {
+			a.fail(c, err)
+			return false
+		}
+		for _, d := range ds {
+			if !d.Allowed {
+				wait = max(wait, d.RetryAfter)
+			}
 		}
 	}
 	if wait == 0 {
 		return true
 	}
 	secs := int(math.Ceil(wait.Seconds()))
-	a.log.WarnContext(c, "sign-in throttled", "ip", c.ClientIP(), "request_id", c.GetString("request_id"))
+	a.log.WarnContext(c, "sign-in throttled", "ip", ip, "request_id", c.GetString("request_id"))
 	c.Header("Retry-After", strconv.Itoa(secs))
 	a.fail(c, httpError(http.StatusTooManyRequests, "too_many_attempts",
 		"too many sign-in attempts; try again in "+strconv.Itoa(secs)+" s"))
 	return false
+}
+
+// Failed sign-ins in the audit trail: only for usernames that exist (a
+// typed username may be a password typed into the wrong field), and at
+// most loginAuditPerHour per user, so anonymous clients cannot grow the
+// trail without bound. Every failure is counted in
+// sluice_console_login_failures_total{audited}.
+const loginAuditPerHour = 20
+
+// recordFailedLogin audits or counts a failed sign-in (see loginAuditPerHour).
+func (a *API) recordFailedLogin(c *gin.Context, username string, err error) error {
+	if errors.Is(err, store.ErrUnknownUser) {
+		a.loginFailures.WithLabelValues("unknown_user").Inc()
+		return nil
+	}
+	ds, terr := a.throttle.Take(c.Request.Context(), []limiter.Request{{Key: "login:audit:" + username,
+		Algorithm: rules.TokenBucket, Limit: loginAuditPerHour, Period: time.Hour, Hits: 1}})
+	if terr != nil {
+		return terr
+	}
+	if !ds[0].Allowed {
+		a.loginFailures.WithLabelValues("over_budget").Inc()
+		return nil
+	}
+	a.loginFailures.WithLabelValues("audited").Inc()
+	return a.store.RecordLogin(c.Request.Context(), "auth.login_failed", username, a.actor(c))
+}
+
+// failedAttempt charges a failed sign-in to the username's brake and marks
+// the address as having failed for it.
+func (a *API) failedAttempt(c *gin.Context, username string) error {
+	user, ip := strings.ToLower(username), c.ClientIP()
+	// Two Takes: the brake being empty must not keep the mark from being set.
+	if _, err := a.throttle.Take(c.Request.Context(), []limiter.Request{brake(user, 1)}); err != nil {
+		return err
+	}
+	_, err := a.throttle.Take(c.Request.Context(), []limiter.Request{failedMark(user, ip, 1)})
+	return err
+}
+
+// failedMark is a bucket of one that a failure empties and that is full
+// again failMemory later: empty means the address failed for the user.
+func failedMark(user, ip string, hits int64) limiter.Request {
+	return limiter.Request{Key: "login:failed:" + ip + "|" + user, Algorithm: rules.TokenBucket, Limit: 1, Period: failMemory, Hits: hits}
+}
+
+func brake(user string, hits int64) limiter.Request {
+	return limiter.Request{Key: "login:brake:" + user, Algorithm: rules.TokenBucket, Limit: loginBrake, Period: time.Minute, Hits: hits}
 }
 
 type loginRequest struct {
@@ -185,7 +255,11 @@ func (a *API) login(c *gin.Context) {
 	}
 	user, err := a.store.Authenticate(c.Request.Context(), req.Username, req.Password)
 	if errors.Is(err, store.ErrBadCredentials) {
-		if rerr := a.store.RecordLogin(c.Request.Context(), "auth.login_failed", req.Username, a.actor(c)); rerr != nil {
+		if ferr := a.failedAttempt(c, req.Username); ferr != nil {
+			a.fail(c, ferr)
+			return
+		}
+		if rerr := a.recordFailedLogin(c, req.Username, err); rerr != nil {
 			a.fail(c, rerr)
 			return
 		}
@@ -263,6 +337,10 @@ func (a *API) changePassword(c *gin.Context) {
 	}
 	err := a.store.ChangePassword(c.Request.Context(), p.userID, req.CurrentPassword, req.NewPassword, p.secret, a.actor(c))
 	if errors.Is(err, store.ErrBadCredentials) {
+		if ferr := a.failedAttempt(c, p.username); ferr != nil {
+			a.fail(c, ferr)
+			return
+		}
 		a.fail(c, httpError(http.StatusForbidden, "wrong_password", "the current password is wrong"))
 		return
 	}

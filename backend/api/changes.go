@@ -146,8 +146,8 @@ func (a *API) approveChange(c *gin.Context) {
 		return
 	}
 	msg := strings.TrimSpace(req.Message)
-	if len(msg) > 4096 {
-		a.fail(c, badRequest("the message is over 4096 bytes"))
+	if len(msg) > maxTextBytes {
+		a.fail(c, badRequest("the message is over %d bytes", maxTextBytes))
 		return
 	}
 	cr, err := a.store.FindChange(c.Request.Context(), id)

@@ -106,8 +106,8 @@ func checkMessage(m string) (string, error) {
 	if m == "" {
 		return "", badRequest("a change message is required")
 	}
-	if len(m) > 4096 {
-		return "", badRequest("the change message is over 4096 bytes")
+	if len(m) > maxTextBytes {
+		return "", badRequest("the change message is over %d bytes", maxTextBytes)
 	}
 	return m, nil
 }
@@ -222,8 +222,8 @@ func (a *API) submit(c *gin.Context, ch store.Change) {
 		a.fail(c, httpError(http.StatusForbidden, "forbidden", "only admins may break glass"))
 		return
 	}
-	if len(ch.BreakGlass) > 4096 {
-		a.fail(c, badRequest("break_glass_reason is over 4096 bytes"))
+	if len(ch.BreakGlass) > maxTextBytes {
+		a.fail(c, badRequest("break_glass_reason is over %d bytes", maxTextBytes))
 		return
 	}
 	ch.Actor = a.actor(c)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -34,7 +35,18 @@ const fleetEnv = "SLUICE_HUB_BENCH_FLEET"
 // snapshot, verifies its checksum, acks it and sends stats every second.
 // When all n acked a version, it prints "acked VERSION UNIX_NANOS" with
 // the time of the last ack. It runs until its stdin closes.
-func runFleet(n int, baseURL, token string) int {
+func runFleet(n int, baseURL, tokenFile string) int {
+	// One node token per node: a token is bound to one node id.
+	data, err := os.ReadFile(tokenFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tokens := strings.Fields(string(data))
+	if len(tokens) < n {
+		fmt.Fprintf(os.Stderr, "%d node tokens for %d nodes\n", len(tokens), n)
+		return 1
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type ack struct {
@@ -46,7 +58,7 @@ func runFleet(n int, baseURL, token string) int {
 	sem := make(chan struct{}, 32) // connect a few at a time
 	for i := range n {
 		sem <- struct{}{}
-		ws, _, err := dialWS(ctx, baseURL, token)
+		ws, _, err := dialWS(ctx, baseURL, tokens[i])
 		<-sem
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "node %d: dial: %v\n", i, err)
@@ -131,10 +143,10 @@ type fleet struct {
 	acked chan [2]int64 // version, unix nanos of its last ack
 }
 
-func startFleet(b *testing.B, n int, baseURL, token string) *fleet {
+func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), fleetEnv+"="+strconv.Itoa(n), "SLUICE_HUB_BENCH_URL="+baseURL, "SLUICE_HUB_BENCH_TOKEN="+token)
+	cmd.Env = append(os.Environ(), fleetEnv+"="+strconv.Itoa(n), "SLUICE_HUB_BENCH_URL="+baseURL, "SLUICE_HUB_BENCH_TOKENS="+tokenFile)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -210,8 +222,17 @@ func BenchmarkPush(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	_, token, err := st.CreateToken(ctx, "bench", store.RoleNode, nil, store.Actor{Name: "bench"})
-	if err != nil {
+	// Node i of a fleet uses line i of tokenFile.
+	var tokens strings.Builder
+	for i := range 1000 {
+		_, token, err := st.CreateToken(ctx, fmt.Sprintf("bench-%04d", i), store.RoleNode, nil, store.Actor{Name: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprintln(&tokens, token)
+	}
+	tokenFile := filepath.Join(b.TempDir(), "tokens")
+	if err := os.WriteFile(tokenFile, []byte(tokens.String()), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	addrs, done := make(chan net.Addr, 1), make(chan error, 1)
@@ -265,7 +286,7 @@ func BenchmarkPush(b *testing.B) {
 				if current != nil {
 					current.stop()
 				}
-				current = startFleet(b, n, baseURL, token)
+				current = startFleet(b, n, baseURL, tokenFile)
 				current.wait(b, version) // each node got the latest on connect
 			}
 			held := heapAndStacks()

@@ -32,7 +32,15 @@ func TestSnapshotEncodedOncePerVersion(t *testing.T) {
 	h := New(st, nil)
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx, dbURL) }()
-	srv := httptest.NewServer(http.HandlerFunc(h.Serve))
+	// Each connection gets a node token of its own: a token is bound to one node id.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, _, err := st.CreateToken(r.Context(), "node", store.RoleNode, nil, store.Actor{Name: "t"})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h.Serve(w, r, tok.ID, store.Actor{Name: "token:node"})
+	}))
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

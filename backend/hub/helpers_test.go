@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runConsoleHelper())
 	}
 	if n, err := strconv.Atoi(os.Getenv(fleetEnv)); err == nil && n > 0 {
-		os.Exit(runFleet(n, os.Getenv("SLUICE_HUB_BENCH_URL"), os.Getenv("SLUICE_HUB_BENCH_TOKEN")))
+		os.Exit(runFleet(n, os.Getenv("SLUICE_HUB_BENCH_URL"), os.Getenv("SLUICE_HUB_BENCH_TOKENS")))
 	}
 	os.Exit(m.Run())
 }
@@ -57,11 +57,31 @@ func runConsoleHelper() int {
 
 // env is one test database with the tokens the tests use.
 type env struct {
-	t         *testing.T
-	dbURL     string
-	st        *store.Store
-	nodeToken string
-	adminTok  string
+	t        *testing.T
+	dbURL    string
+	st       *store.Store
+	adminTok string
+
+	mu     sync.Mutex
+	tokens map[string]string // node id → its node token
+}
+
+// nodeToken returns the node token of node id, created on first use: a
+// token is bound to one node id.
+func (e *env) nodeToken(id string) string {
+	e.t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if tok, ok := e.tokens[id]; ok {
+		return tok
+	}
+	// The name is not the id: a test may try ids Postgres would refuse.
+	_, tok, err := e.st.CreateToken(context.Background(), fmt.Sprintf("node %d", len(e.tokens)), store.RoleNode, nil, store.Actor{Name: "test"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.tokens[id] = tok
+	return tok
 }
 
 func newEnv(t *testing.T) *env {
@@ -73,11 +93,8 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &env{t: t, dbURL: dbURL, st: st}
+	e := &env{t: t, dbURL: dbURL, st: st, tokens: map[string]string{}}
 	sys := store.Actor{Name: "test"}
-	if _, e.nodeToken, err = st.CreateToken(ctx, "nodes", store.RoleNode, nil, sys); err != nil {
-		t.Fatal(err)
-	}
 	if _, e.adminTok, err = st.CreateToken(ctx, "admin", store.RoleAdmin, nil, sys); err != nil {
 		t.Fatal(err)
 	}
@@ -323,9 +340,22 @@ func (e *env) connect(baseURL string, hello wire.Hello) *node {
 // connectSilent dials and sends hello but never reads.
 func (e *env) connectSilent(baseURL string, hello wire.Hello) *node {
 	e.t.Helper()
+	return e.connectSilentWith(baseURL, e.nodeToken(hello.NodeID), hello)
+}
+
+// connectWith is connect with the node token token.
+func (e *env) connectWith(baseURL, token string, hello wire.Hello) *node {
+	e.t.Helper()
+	n := e.connectSilentWith(baseURL, token, hello)
+	go n.readLoop()
+	return n
+}
+
+func (e *env) connectSilentWith(baseURL, token string, hello wire.Hello) *node {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ws, _, err := dialWS(ctx, baseURL, e.nodeToken)
+	ws, _, err := dialWS(ctx, baseURL, token)
 	if err != nil {
 		e.t.Fatalf("dial: %v", err)
 	}

@@ -137,3 +137,71 @@ func TestNodeNacksOversizedSnapshot(t *testing.T) {
 	}
 	waitFor(t, "n1 on v3", func() bool { return n.eng.Version() == v3 })
 }
+
+// TestNodeTokenBoundToOneNodeID (issue 13, defect 9): a node token is bound
+// to the node id it first connects with. Its holder cannot connect as
+// another node id, and a token bound elsewhere cannot take over a node id:
+// both are closed with wire.CloseNodeBound and the reason, and the node that
+// owns the id stays connected. Disabling the token frees the id for a new
+// one, which is how an admin re-binds a node id.
+func TestNodeTokenBoundToOneNodeID(t *testing.T) {
+	e := newEnv(t)
+	c := e.startConsole()
+	v1 := e.publish("api", domainYAML("api", 10))
+
+	tok := e.nodeToken("edge-1")
+	first := e.connect(c.url, wire.Hello{NodeID: "edge-1"})
+	if snap := first.snapshot(); snap.Version != v1 {
+		t.Fatalf("snapshot %d, want %d", snap.Version, v1)
+	}
+	refused := func(what string, n *node, reason string) {
+		t.Helper()
+		err := n.closed()
+		var ce websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != wire.CloseNodeBound || !strings.Contains(ce.Reason, reason) {
+			t.Errorf("%s: closed with %v, want code %d with reason containing %q", what, err, wire.CloseNodeBound, reason)
+		}
+	}
+	refused("edge-1's token as edge-2", e.connectWith(c.url, tok, wire.Hello{NodeID: "edge-2"}),
+		`this node token is bound to node id "edge-1", not "edge-2"`)
+	other := e.nodeToken("edge-2")
+	refused("edge-2's fresh token as edge-1", e.connectWith(c.url, other, wire.Hello{NodeID: "edge-1"}),
+		`node id "edge-1" is bound to another node token`)
+
+	// edge-1 kept its connection: it gets the next version.
+	v2 := e.publish("api", domainYAML("api", 20))
+	if snap := first.snapshot(); snap.Version != v2 {
+		t.Fatalf("edge-1 after the refused takeovers: snapshot %d, want %d", snap.Version, v2)
+	}
+	first.ack(v2)
+	if n := e.nodes(c.url)["edge-1"]; n.Status != store.NodeConnected {
+		t.Errorf("edge-1 is %q, want connected", n.Status)
+	}
+	// The refused fresh token was not bound by its failed claim.
+	second := e.connectWith(c.url, other, wire.Hello{NodeID: "edge-2"})
+	if snap := second.snapshot(); snap.Version != v2 {
+		t.Fatalf("edge-2 with its own token: snapshot %d, want %d", snap.Version, v2)
+	}
+
+	// Re-binding: disable edge-1's token, and a new token may claim edge-1.
+	ctx := context.Background()
+	toks, err := e.st.ListTokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range toks {
+		if tk.NodeID != nil && *tk.NodeID == "edge-1" {
+			if _, err := e.st.DisableToken(ctx, tk.ID, store.Actor{Name: "test"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, fresh, err := e.st.CreateToken(ctx, "edge-1 again", store.RoleNode, nil, store.Actor{Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := e.connectWith(c.url, fresh, wire.Hello{NodeID: "edge-1"})
+	if snap := again.snapshot(); snap.Version != v2 {
+		t.Fatalf("edge-1 with a new token after the old one was disabled: snapshot %d, want %d", snap.Version, v2)
+	}
+}

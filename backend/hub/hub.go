@@ -351,9 +351,11 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 // is safe.
 func (c *conn) row() store.Node { return c.node }
 
-// Serve upgrades an already-authenticated request to a node stream and runs
-// it until the node goes away, the node is dropped or the hub stops.
-func (h *Hub) Serve(w http.ResponseWriter, r *http.Request) {
+// Serve upgrades a request authenticated by node token tokenID (as actor)
+// to a node stream and runs it until the node goes away, the node is
+// dropped or the hub stops. The token is bound to the first node id it
+// says hello with and refused for any other (store.ClaimNode).
+func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor store.Actor) {
 	h.mu.Lock()
 	stopped := h.stopped
 	if !stopped {
@@ -374,7 +376,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request) {
 	wctx, stopWriter := context.WithCancel(context.Background())
 	c := &conn{ws: ws, queue: make(chan *encoded, queueSize), stopWriter: stopWriter, closed: make(chan struct{})}
 
-	err = h.run(wctx, c, r.RemoteAddr)
+	err = h.run(wctx, c, r.RemoteAddr, tokenID, actor)
 	var ce closeError
 	if errors.As(err, &ce) {
 		c.drop(ce.code, ce.reason)
@@ -397,9 +399,14 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request) {
 // read loop. It returns nil when the node closed normally, a closeError
 // when the console must close with a specific code, or another error when
 // the connection failed.
-func (h *Hub) run(wctx context.Context, c *conn, addr string) error {
+func (h *Hub) run(wctx context.Context, c *conn, addr string, tokenID int64, actor store.Actor) error {
 	hello, err := readHello(c.ws)
 	if err != nil {
+		return err
+	}
+	// Before register: a token bound to another node id must not replace
+	// (and so kick off) the connection of the node that has this id.
+	if err := h.claim(tokenID, hello.NodeID, actor); err != nil {
 		return err
 	}
 	now := time.Now().UTC()
@@ -437,6 +444,22 @@ func (h *Hub) run(wctx context.Context, c *conn, addr string) error {
 		rerr = err
 	}
 	return rerr
+}
+
+// claim binds the node token to nodeID (see store.ClaimNode).
+func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) error {
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	err := h.store.ClaimNode(ctx, tokenID, nodeID, actor)
+	var nb *store.NodeBoundError
+	switch {
+	case errors.As(err, &nb):
+		return closeError{code: wire.CloseNodeBound, reason: nb.Error()}
+	case err != nil:
+		h.log.Error("bind node token", "node_id", nodeID, "error", err)
+		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
+	}
+	return nil
 }
 
 // readHello reads and checks the first message.

@@ -29,7 +29,7 @@ type enforcerNode struct {
 func (e *env) startNode(consoleURLs, id, stateDir string) *enforcerNode {
 	e.t.Helper()
 	eng := engine.New(nil, "")
-	sub, err := subscriber.New(subscriber.Config{ConsoleURL: consoleURLs, NodeToken: e.nodeToken, NodeID: id,
+	sub, err := subscriber.New(subscriber.Config{ConsoleURL: consoleURLs, NodeToken: e.nodeToken(id), NodeID: id,
 		StateDir: stateDir, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}, eng, nil)
 	if err != nil {
 		e.t.Fatal(err)

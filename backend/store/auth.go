@@ -28,8 +28,14 @@ const (
 // saying which.
 var ErrBadCredentials = errors.New("invalid username or password")
 
+// ErrUnknownUser is the ErrBadCredentials of a username no user has. The
+// console tells no client which it was; it only audits the failed sign-ins
+// of users that exist, so a typed secret never lands in the audit trail.
+var ErrUnknownUser = fmt.Errorf("%w: no such user", ErrBadCredentials)
+
 // Authenticate checks a username and password. Every failure, including an
-// unknown user, costs one bcrypt comparison and returns ErrBadCredentials.
+// unknown user, costs one bcrypt comparison and returns ErrBadCredentials
+// (ErrUnknownUser, which wraps it, for an unknown user).
 func (s *Store) Authenticate(ctx context.Context, username, password string) (User, error) {
 	var row userRow
 	err := s.db.WithContext(ctx).Where("username = ?", username).Take(&row).Error
@@ -40,7 +46,11 @@ func (s *Store) Authenticate(ctx context.Context, username, password string) (Us
 	if err != nil {
 		hash = dummyHash
 	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || err != nil || row.Disabled {
+	mismatch := bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil // always run: timing
+	switch {
+	case err != nil:
+		return User{}, ErrUnknownUser
+	case mismatch || row.Disabled:
 		return User{}, ErrBadCredentials
 	}
 	return row.user(), nil

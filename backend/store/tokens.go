@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,6 +23,9 @@ type Token struct {
 	ExpiresAt *time.Time `json:"expires_at"`
 	Disabled  bool       `json:"disabled"`
 	RotatedAt *time.Time `json:"rotated_at"`
+	// NodeID is the node id a node token is bound to: the first one it
+	// connected with (see ClaimNode); null until then and for other roles.
+	NodeID *string `json:"node_id"`
 }
 
 // Expired reports whether the token's expiry has passed at now.
@@ -38,13 +42,14 @@ type tokenRow struct {
 	ExpiresAt *time.Time
 	Disabled  bool
 	RotatedAt *time.Time
+	NodeID    *string
 }
 
 func (tokenRow) TableName() string { return "api_tokens" }
 
 func (r tokenRow) token() Token {
 	return Token{ID: r.ID, Name: r.Name, Role: r.Role, Last4: r.Last4, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt,
-		ExpiresAt: r.ExpiresAt, Disabled: r.Disabled, RotatedAt: r.RotatedAt}
+		ExpiresAt: r.ExpiresAt, Disabled: r.Disabled, RotatedAt: r.RotatedAt, NodeID: r.NodeID}
 }
 
 func tokenTarget(id int64) string { return fmt.Sprintf("token:%d", id) }
@@ -163,4 +168,50 @@ func (s *Store) RotateToken(ctx context.Context, id int64, actor Actor) (Token, 
 		return Token{}, "", fmt.Errorf("rotate token %d: %w", id, err)
 	}
 	return row.token(), secret, nil
+}
+
+// NodeBoundError refuses a node token's connection as a node id other than
+// the one the token is bound to, or as a node id another live token holds.
+type NodeBoundError struct {
+	NodeID  string // the node id asked for
+	BoundTo string // the token's node id; "" when another token holds NodeID
+}
+
+func (e *NodeBoundError) Error() string {
+	if e.BoundTo != "" {
+		return fmt.Sprintf("this node token is bound to node id %q, not %q; use a token of its own for each node", e.BoundTo, e.NodeID)
+	}
+	return fmt.Sprintf("node id %q is bound to another node token", e.NodeID)
+}
+
+// ClaimNode binds node token id to nodeID if it is bound to nothing yet,
+// with an audit event, and returns a *NodeBoundError if it is bound to
+// another node id or another live token holds nodeID. A token stays bound
+// when rotated; to move a node id to a new token, disable the old token.
+func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Actor) error {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var row tokenRow
+		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
+			return notFound(err, fmt.Sprintf("token %d", id))
+		}
+		switch {
+		case row.NodeID != nil && *row.NodeID == nodeID:
+			return nil
+		case row.NodeID != nil:
+			return &NodeBoundError{NodeID: nodeID, BoundTo: *row.NodeID}
+		}
+		err := tx.Model(&tokenRow{}).Where("id = ?", id).Update("node_id", nodeID).Error
+		if errors.Is(err, gorm.ErrDuplicatedKey) {
+			return &NodeBoundError{NodeID: nodeID}
+		}
+		if err != nil {
+			return fmt.Errorf("write token: %w", err)
+		}
+		return appendAudit(tx, actor, "token.bind", tokenTarget(id), "", map[string]any{"node_id": nil},
+			map[string]any{"node_id": nodeID, "name": row.Name})
+	})
+	if err != nil {
+		return fmt.Errorf("claim node %q for token %d: %w", nodeID, id, err)
+	}
+	return nil
 }

@@ -54,10 +54,13 @@ func TestEndToEnd(t *testing.T) {
 	base := "http://" + addr.String()
 	admin := login(t, base, "admin", "e2e-password")
 
-	var tok struct {
+	// One node token per node: a token is bound to the node id it first connects with.
+	var toks [2]struct {
 		Token string `json:"token"`
 	}
-	admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "e2e-nodes", "role": "node"}, 201, &tok)
+	for i := range toks {
+		admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": fmt.Sprintf("e2e-%d", i), "role": "node"}, 201, &toks[i])
+	}
 
 	const burst = 20
 	domain := fmt.Sprintf("domain: e2e\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: %d, name: per-user}\n", burst)
@@ -72,7 +75,7 @@ func TestEndToEnd(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := enforcer.Config{ConsoleURL: base, NodeToken: tok.Token, NodeID: fmt.Sprintf("e2e-%d", i), RedisURL: redisURL,
+			cfg := enforcer.Config{ConsoleURL: base, NodeToken: toks[i].Token, NodeID: fmt.Sprintf("e2e-%d", i), RedisURL: redisURL,
 				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: prefix,
 				// Generous: the exact-count checks must not fail open on a
 				// loaded machine (50 ms by default).

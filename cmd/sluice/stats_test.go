@@ -66,17 +66,20 @@ func startLiveFleet(t *testing.T, ctx context.Context, wg *sync.WaitGroup) *live
 		f.consoles = append(f.consoles, "http://"+addr.String())
 	}
 	f.admin = login(t, f.consoles[0], "admin", "live-password")
-	var tok struct {
+	// One node token per node: a token is bound to the node id it first connects with.
+	toks := make([]struct {
 		Token string `json:"token"`
+	}, len(f.consoles))
+	for i := range toks {
+		f.admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": fmt.Sprintf("live-%d", i), "role": "node"}, 201, &toks[i])
 	}
-	f.admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "live-nodes", "role": "node"}, 201, &tok)
 	f.admin.mustDo(t, "PUT", "/api/v1/domains/live", map[string]any{"yaml": liveDomain, "message": "live", "base_version": 0}, 200, nil)
 	for i, console := range f.consoles {
 		ready := make(chan string, 1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := enforcer.Config{ConsoleURL: console, NodeToken: tok.Token, NodeID: fmt.Sprintf("live-%d", i), RedisURL: redisURL,
+			cfg := enforcer.Config{ConsoleURL: console, NodeToken: toks[i].Token, NodeID: fmt.Sprintf("live-%d", i), RedisURL: redisURL,
 				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: prefix}
 			err := enforcer.Run(ctx, cfg, log, func(h, _ net.Addr) { ready <- h.String() })
 			if err != nil && ctx.Err() == nil {

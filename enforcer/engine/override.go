@@ -8,6 +8,13 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
+// MaxOverridePeriod is the longest period a limit override may ask for:
+// one year, the longest unit. A longer one (Envoy's multiplier times its
+// unit) is refused as an invalid request: before this bound, YEAR ×
+// 4294967295 overflowed nothing visible but made keys that lived 16 years,
+// and SECOND × 4294967295 asked for 136.
+const MaxOverridePeriod = 365 * 24 * time.Hour
+
 // overrideLimit builds the limit a caller's Override asks for. matched is
 // the limit the rules chose (nil if none): the override keeps its name and
 // failure mode. Following envoyproxy/ratelimit, an override is never in
@@ -21,7 +28,14 @@ func overrideLimit(domain string, o *Override, matched *rules.Limit) (*rules.Lim
 		return nil, fmt.Errorf("limit override: unit %q is not supported", o.Unit)
 	}
 	if o.Multiplier > 1 {
+		// Compare before multiplying, so nothing can overflow.
+		if time.Duration(o.Multiplier) > MaxOverridePeriod/period {
+			return nil, fmt.Errorf("limit override: %d × %s is over the longest period allowed (%s)", o.Multiplier, o.Unit, "1 year")
+		}
 		period *= time.Duration(o.Multiplier)
+	}
+	if period > MaxOverridePeriod {
+		return nil, fmt.Errorf("limit override: %s is over the longest period allowed (%s)", o.Unit, "1 year")
 	}
 	l := &rules.Limit{
 		Domain:          domain,

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -37,7 +38,18 @@ type BatchOptions struct {
 	// OverLimitEntries bounds the over-limit cache (default
 	// DefaultOverLimitEntries limits); a negative value disables the cache.
 	OverLimitEntries int
+	// Timeout bounds a Take's whole wait: queueing behind the round trips
+	// in flight and its own round trip (default DefaultTimeout). Set it to
+	// the client's timeout (WithTimeout), so that a check never waits
+	// longer than that even when Redis is frozen: without it, a Take queued
+	// behind a stuck round trip waited for that one's timeout, then for its
+	// own (twice the timeout). A Take whose time is up before its batch is
+	// sent is not sent.
+	Timeout time.Duration
 }
+
+// ErrBatchTimeout is the error of a Take that waited its Batcher's Timeout.
+var ErrBatchTimeout = errors.New("limiter: no answer from Redis within the timeout")
 
 // Batcher is the node's way to Redis: a Store with Redis's Take semantics
 // that sends concurrent Takes together. It is safe for concurrent use and
@@ -69,6 +81,7 @@ type Batcher struct {
 	maxBatch    int
 	maxInFlight int
 	coalesce    bool
+	timeout     time.Duration
 	cache       *overLimitCache // nil when disabled
 
 	mu       sync.Mutex
@@ -87,6 +100,10 @@ func NewBatcher(r *Redis, opts BatchOptions) *Batcher {
 		maxBatch:    opts.MaxBatch,
 		maxInFlight: opts.MaxInFlight,
 		coalesce:    !opts.NoCoalescing,
+		timeout:     opts.Timeout,
+	}
+	if b.timeout <= 0 {
+		b.timeout = DefaultTimeout
 	}
 	if b.window <= 0 {
 		b.window = DefaultBatchWindow
@@ -136,18 +153,24 @@ func (b *Batcher) Take(ctx context.Context, reqs []Request) ([]Decision, error) 
 	return ds, err
 }
 
-// run queues calls and waits for them.
+// run queues calls and waits for them, at most b.timeout from now in all.
 func (b *Batcher) run(ctx context.Context, calls []*takeCall) error {
+	deadline := time.Now().Add(b.timeout)
 	for _, c := range calls {
 		c.done = make(chan struct{})
+		c.deadline = deadline
 	}
 	b.mu.Lock()
 	b.pending = append(b.pending, calls...)
 	b.dispatch()
 	b.mu.Unlock()
+	timer := time.NewTimer(b.timeout)
+	defer timer.Stop()
 	for _, c := range calls {
 		select {
 		case <-c.done:
+		case <-timer.C:
+			return fmt.Errorf("wait for limiter batch: %w", ErrBatchTimeout)
 		case <-ctx.Done():
 			return fmt.Errorf("wait for limiter batch: %w", ctx.Err())
 		}
@@ -200,7 +223,9 @@ func (b *Batcher) windowPassed() {
 // used: the batch is shared, and the client's per-call timeouts bound it.
 func (b *Batcher) flush(batch []*takeCall) {
 	for batch != nil {
-		b.r.exec(context.Background(), batch, b.coalesce)
+		if live := unexpired(batch, time.Now()); len(live) > 0 {
+			b.r.exec(context.Background(), live, b.coalesce)
+		}
 		for _, c := range batch {
 			close(c.done)
 		}
@@ -210,6 +235,30 @@ func (b *Batcher) flush(batch []*takeCall) {
 		b.dispatch()
 		b.mu.Unlock()
 	}
+}
+
+// unexpired returns the calls of batch whose callers still wait at now,
+// failing the others with ErrBatchTimeout: no round trip for an answer
+// nobody reads (a recovering Redis is not sent the backlog of an outage).
+func unexpired(batch []*takeCall, now time.Time) []*takeCall {
+	n := 0
+	for _, c := range batch {
+		if now.Before(c.deadline) {
+			n++
+		}
+	}
+	if n == len(batch) {
+		return batch
+	}
+	live := make([]*takeCall, 0, n)
+	for _, c := range batch {
+		if now.Before(c.deadline) {
+			live = append(live, c)
+		} else {
+			c.err = ErrBatchTimeout
+		}
+	}
+	return live
 }
 
 // overLimitCache remembers limits known to reject until some time.

@@ -236,6 +236,8 @@ type takeCall struct {
 	ds    []Decision
 	err   error
 	done  chan struct{} // closed by a Batcher when ds or err is set
+	// deadline is when a Batcher's caller stops waiting for the call.
+	deadline time.Time
 }
 
 // runner executes calls, setting each one's ds or err. It returns an error

@@ -221,6 +221,10 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			s.log.ErrorContext(ctx, "console refused this node's protocol version; upgrade the node or the console",
 				"console_url", target, "protocol", wire.ProtocolVersion, "error", err)
 			connected = false
+		case wire.CloseNodeBound:
+			s.log.ErrorContext(ctx, "console refused this node id for this node token; each node needs a token of its own",
+				"console_url", target, "node_id", s.cfg.NodeID, "error", err)
+			connected = false
 		case wire.CloseReplaced:
 			s.log.ErrorContext(ctx, "another node connected with the same node id; node ids must be unique",
 				"console_url", target, "node_id", s.cfg.NodeID)

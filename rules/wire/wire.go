@@ -60,6 +60,9 @@ const (
 	// CloseReplaced: another connection with the same node id reached this
 	// console; the newer one wins.
 	CloseReplaced = 4002
+	// CloseNodeBound: the node token is bound to another node id, or the
+	// node id to another token (the reason says which); one token per node.
+	CloseNodeBound = 4003
 )
 
 // Message types.

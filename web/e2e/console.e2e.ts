@@ -210,7 +210,9 @@ beforeAll(async () => {
   // (the expiry test) leaves them working.
   adminSecret = (await admin.call<{ token: string }>('POST', '/api/v1/tokens', { name: 'ui-e2e-admin', role: 'admin' }, 201)).token;
   admin.useToken(adminSecret);
-  const tok = await admin.call<{ token: string }>('POST', '/api/v1/tokens', { name: 'ui-e2e-nodes', role: 'node' }, 201);
+  // One node token per node: a token is bound to the node id it first connects with.
+  const nodeToken = async (id: string) => (await admin.call<{ token: string }>('POST', '/api/v1/tokens', { name: id, role: 'node' }, 201)).token;
+  const tokens = [await nodeToken('ui-e2e-1'), await nodeToken('ui-e2e-2')];
   seedVersion = (await admin.call<{ version: number }>('PUT', `/api/v1/domains/${domain}`, { yaml: seed, message: 'Seed the e2e domain', base_version: 0 }))
     .version;
   await admin.call('PUT', `/api/v1/domains/${other}`, {
@@ -220,7 +222,7 @@ beforeAll(async () => {
   });
   seedVersion += 1;
   // The domain under test was seeded first; the checkout publish came after.
-  enforcers = await Promise.all([startEnforcer(base, tok.token, 'ui-e2e-1'), startEnforcer(base, tok.token, 'ui-e2e-2')]);
+  enforcers = await Promise.all([startEnforcer(base, tokens[0], 'ui-e2e-1'), startEnforcer(base, tokens[1], 'ui-e2e-2')]);
   await allAcked(seedVersion);
 
   browser = await launchBrowser();

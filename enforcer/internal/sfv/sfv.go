@@ -108,6 +108,9 @@ func (p *parser) innerList() (Item, error) {
 	var items []Item
 	for !p.done() {
 		p.skipSP()
+		if p.done() { // "( ": spaces, then the end
+			break
+		}
 		if p.peek() == ')' {
 			p.i++
 			params, err := p.params()
