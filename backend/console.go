@@ -33,6 +33,8 @@ type Config struct {
 	// X-Forwarded-For names the client, for audit IPs and sign-in
 	// throttling. Empty trusts none.
 	TrustedProxies []string
+	// MetricsAuth makes /metrics need a viewer (or higher) credential.
+	MetricsAuth bool
 	// PublicURL is the console's address as users reach it, for the links
 	// in alerts; empty means http:// and the listen address.
 	PublicURL string
@@ -97,7 +99,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 		}
 	}()
 	handler := api.New(api.Config{Store: st, Hub: h, Stats: agg, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies,
-		TrustedProxies: cfg.TrustedProxies})
+		TrustedProxies: cfg.TrustedProxies, MetricsAuth: cfg.MetricsAuth})
 
 	srv := &http.Server{
 		Handler:           handler,

@@ -50,6 +50,9 @@ type Config struct {
 	// none: the client is the peer address. Entries must be valid (see
 	// CheckProxies); invalid ones are ignored.
 	TrustedProxies []string
+	// MetricsAuth makes /metrics need a credential (viewer or higher, e.g.
+	// a scraper's Bearer token); by default it is open, like /healthz.
+	MetricsAuth bool
 	// LoginThrottle decides sign-in attempts; nil means an in-process
 	// token bucket.
 	LoginThrottle Throttle
@@ -117,7 +120,12 @@ func New(cfg Config) *API {
 	r.Use(a.recover, a.observe, securityHeaders, limitBody, a.checkOrigin, a.checkInput)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", a.readyz)
-	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	metrics := gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if cfg.MetricsAuth {
+		r.GET("/metrics", a.authenticate, a.require(store.RoleViewer), metrics)
+	} else {
+		r.GET("/metrics", metrics)
+	}
 
 	viewer, editor, admin := a.require(store.RoleViewer), a.require(store.RoleEditor), a.require(store.RoleAdmin)
 	v1 := r.Group("/api/v1", a.authenticate)

@@ -1,11 +1,17 @@
 package api_test
 
 import (
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/backend/api"
+	"github.com/sluicehq/sluice/backend/hub"
+	"github.com/sluicehq/sluice/backend/stats"
 )
 
 func TestStatsQueriesRefuseBadRanges(t *testing.T) {
@@ -79,5 +85,33 @@ func TestAlertSettings(t *testing.T) {
 	}
 	if status, body := f.call(t, "GET", "/api/v1/alerts", "admin", ""); status != 200 || !strings.Contains(body, `"event":"alert.test"`) || !strings.Contains(body, `"status":"pending"`) {
 		t.Errorf("the test delivery is not listed: %d %s", status, body)
+	}
+}
+
+func TestMetricsAuth(t *testing.T) {
+	f := newFixture(t) // /metrics open: the default
+	if status, _ := f.call(t, "GET", "/metrics", "", ""); status != http.StatusOK {
+		t.Errorf("open /metrics = %d, want 200", status)
+	}
+	log := slog.New(slog.DiscardHandler)
+	locked := httptest.NewServer(api.New(api.Config{Store: f.store, Hub: hub.New(f.store, log), Stats: stats.New(stats.Config{Store: f.store}),
+		Log: log, MetricsAuth: true}))
+	defer locked.Close()
+	for _, tt := range []struct {
+		cred   string
+		status int
+	}{{"", 401}, {"garbage", 401}, {"node", 403}, {"viewer", 200}, {"admin", 200}} {
+		req, _ := http.NewRequest("GET", locked.URL+"/metrics", nil)
+		if tt.cred != "" {
+			req.Header.Set("Authorization", "Bearer "+f.tokens[tt.cred])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.status {
+			t.Errorf("--metrics-auth: GET /metrics as %q = %d, want %d", tt.cred, resp.StatusCode, tt.status)
+		}
 	}
 }

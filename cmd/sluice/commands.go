@@ -34,6 +34,7 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	fs.bool(&cfg.SecureCookies, "secure-cookies", "SLUICE_SECURE_COOKIES", false, "mark session cookies Secure (serving behind TLS)")
 	var proxies string
 	fs.string(&proxies, "trusted-proxies", "SLUICE_TRUSTED_PROXIES", "", "comma-separated IPs or CIDRs of reverse proxies whose X-Forwarded-For is believed")
+	fs.bool(&cfg.MetricsAuth, "metrics-auth", "SLUICE_METRICS_AUTH", false, "require a viewer (or higher) session or Bearer token for /metrics (default: open, like /healthz)")
 	fs.string(&cfg.PublicURL, "public-url", "SLUICE_PUBLIC_URL", "", "the console's address as users reach it, for links in alerts (default: http:// and the listen address)")
 	fs.duration(&cfg.StatsRetention, "stats-retention", "SLUICE_STATS_RETENTION", stats.DefaultRetention, "how long per-minute traffic history, spikes and alert deliveries are kept")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -51,8 +52,8 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 		if cfg.AdminPassword != "" {
 			pw = "xxxxx"
 		}
-		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\npublic_url=%s\nstats_retention=%s\nlog_level=%s\n",
-			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, cfg.PublicURL, cfg.StatsRetention, logLevel)
+		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nmetrics_auth=%t\npublic_url=%s\nstats_retention=%s\nlog_level=%s\n",
+			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, cfg.MetricsAuth, cfg.PublicURL, cfg.StatsRetention, logLevel)
 		return nil
 	}
 	log, err := newLogger(logLevel, stderr)

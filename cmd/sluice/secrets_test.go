@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/backend"
+	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// lockedBuffer is a log sink for several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSecretsNeverLogged runs a console and an enforcer logging at debug
+// level, goes through sign-in (a wrong password, then the right one), a
+// bad Bearer token, a publish, a node connecting with its token and a
+// check, and requires that no secret appears in any log line.
+func TestSecretsNeverLogged(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+
+	const adminPassword, wrongPassword, badToken = "admin-pw-7c1e9a", "typo-pw-52bd0f", "slc_bad-token-e41f"
+	u, err := url.Parse(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dbPassword = "db-pw-90ac33" // trust authentication ignores it; it must not be logged all the same
+	u.User = url.UserPassword(u.User.Username(), dbPassword)
+
+	ready := make(chan net.Addr, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: u.String(), AdminPassword: adminPassword}
+		if err := backend.Run(ctx, cfg, log, io.Discard, func(a net.Addr) { ready <- a }); err != nil {
+			t.Errorf("console: %v", err)
+			ready <- nil
+		}
+	}()
+	addr := <-ready
+	if addr == nil {
+		t.FailNow()
+	}
+	base := "http://" + addr.String()
+
+	resp, err := http.Post(base+"/api/v1/auth/login", "application/json", strings.NewReader(`{"username":"admin","password":"`+wrongPassword+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("wrong password: %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequest("GET", base+"/api/v1/me", nil)
+	req.Header.Set("Authorization", "Bearer "+badToken)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	admin := login(t, base, "admin", adminPassword)
+	var tok struct {
+		Token string `json:"token"`
+	}
+	admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "secret-node", "role": "node"}, 201, &tok)
+	admin.mustDo(t, "PUT", "/api/v1/domains/live", map[string]any{"yaml": liveDomain, "message": "m", "base_version": 0}, 200, nil)
+	var session string
+	for _, c := range admin.http.Jar.Cookies(&url.URL{Scheme: "http", Host: addr.String()}) {
+		session += c.Value
+	}
+	if session == "" {
+		t.Fatal("no session cookie")
+	}
+
+	nodeReady := make(chan string, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cfg := enforcer.Config{ConsoleURL: base, NodeToken: tok.Token, NodeID: "secret-node", RedisURL: testenv.RedisURL(t),
+			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: testenv.KeyPrefix(t)}
+		if err := enforcer.Run(ctx, cfg, log, func(h, _ net.Addr) { nodeReady <- h.String() }); err != nil && ctx.Err() == nil {
+			t.Errorf("enforcer: %v", err)
+		}
+	}()
+	var node string
+	select {
+	case node = <-nodeReady:
+	case <-time.After(10 * time.Second):
+		t.Fatal("enforcer did not start")
+	}
+	waitUntil(t, 10*time.Second, "the enforcer to load the rules", func() bool { return check(t, node, "user", "u") == http.StatusOK })
+	time.Sleep(1500 * time.Millisecond) // a stats report or two
+
+	out := logs.String()
+	if !strings.Contains(out, "node connected") {
+		t.Fatalf("the logs do not show the node connecting; the test saw nothing:\n%s", out)
+	}
+	for name, secret := range map[string]string{
+		"admin password": adminPassword, "mistyped password": wrongPassword, "bad bearer token": badToken,
+		"node token": tok.Token, "session cookie": session, "CSRF token": admin.csrf, "database password": dbPassword,
+	} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the %s is in the logs", name)
+		}
+	}
+}
