@@ -188,6 +188,13 @@ async function publishWith(message: string): Promise<number> {
   return Number(new URL(page.url()).searchParams.get('highlight'));
 }
 
+/** confirm answers the console's confirmation dialog (it never uses window.confirm). */
+async function confirm(title: string, action: string): Promise<void> {
+  const dialog = page.getByRole('dialog', { name: title });
+  await dialog.getByRole('button', { name: action, exact: true }).click();
+  await dialog.waitFor({ state: 'hidden' });
+}
+
 async function editorText(): Promise<string> {
   return page.locator('.cm-content').innerText();
 }
@@ -234,7 +241,11 @@ beforeAll(async () => {
     // Chrome logs each violation twice: its own message, and ours below.
     if (/securitypolicyviolation/.test(text) && !/editor-native/.test(text)) problems.push(`CSP: ${text}`);
   });
-  page.on('dialog', (d) => void d.accept());
+  // Confirmations are the console's own dialog; a native one is a regression.
+  page.on('dialog', (d) => {
+    problems.push(`native ${d.type()} dialog: ${d.message()}`);
+    void d.dismiss();
+  });
   // Report every CSP violation with where it happened (Playwright's init
   // scripts are not subject to the page's CSP). One kind is the browser's,
   // not ours: typing over selected text in a contenteditable makes Chrome's
@@ -450,6 +461,9 @@ describe('the console UI', () => {
     await shot('11-editor-errors');
     await page.keyboard.press('Escape');
     await page.getByRole('button', { name: 'Discard changes' }).click();
+    await labelled('discard dialog');
+    await readable('discard dialog');
+    await confirm(`Discard your changes to ${domain}?`, 'Discard');
     await page.getByTestId('unsaved').waitFor({ state: 'detached' });
   });
 
@@ -582,6 +596,7 @@ describe('the console UI', () => {
     const list = page.getByTestId('tokens');
     if ((await list.count()) > 0) {
       await list.locator('tr', { hasText: 'ci-deploy' }).getByRole('button', { name: 'Rotate' }).click();
+      await confirm('Rotate token ci-deploy?', 'Rotate');
       await fresh.waitFor();
       const rotated = await fresh.getByLabel('Token').inputValue();
       expect(rotated).not.toBe(token);
@@ -643,6 +658,7 @@ describe('the console UI', () => {
     await go('/users', 'Users');
     const row = page.getByTestId('users').locator('tr', { hasText: 'reviewer' });
     await row.getByRole('button', { name: 'Disable' }).click();
+    await confirm('Disable reviewer?', 'Disable');
     await row.getByText('disabled').waitFor();
     await labelled('users');
     await shot('23-users-reviewer-disabled');

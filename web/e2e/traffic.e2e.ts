@@ -104,6 +104,11 @@ beforeAll(async () => {
   const context = await browser.newContext({ viewport: { width: 1366, height: 900 }, colorScheme: 'light' });
   page = await context.newPage();
   page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  // Confirmations are the console's own dialog; a native one is a regression.
+  page.on('dialog', (d) => {
+    problems.push(`native ${d.type()} dialog: ${d.message()}`);
+    void d.dismiss();
+  });
   page.on('console', (msg) => {
     if (/securitypolicyviolation/.test(msg.text())) problems.push(`CSP: ${msg.text()}`);
   });

@@ -6,6 +6,7 @@
 // quoting, flow style and most comments. Comments attached to a removed item
 // go with it, and new items get the library's standard block layout.
 import { Document, isMap, isScalar, isSeq, parseDocument, type Node } from 'yaml';
+import { messageOf } from './errors';
 
 /** The units a rate limit can be counted over (rules.Unit). */
 export const units = ['second', 'minute', 'hour', 'day', 'week', 'month', 'year'] as const;
@@ -140,7 +141,7 @@ export function reapply(baseYaml: string, editedYaml: string, latestYaml: string
   try {
     patch(doc, [], doc.contents, b.model, e.model, conflicts);
   } catch (err) {
-    return { ok: false, reason: err instanceof Error ? err.message : String(err) };
+    return { ok: false, reason: messageOf(err) };
   }
   return { ok: true, yaml: doc.toString(layoutOf(latestYaml)), conflicts: [...new Set(conflicts)] };
 }
