@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"slices"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -28,16 +27,6 @@ type domainDiffJSON struct {
 	Error string `json:"error,omitempty"`
 }
 
-// pathVersion reads a version number; 0 means the empty ruleset before the
-// first version.
-func pathVersion(c *gin.Context, name string) (int64, error) {
-	n, err := strconv.ParseInt(c.Param(name), 10, 64)
-	if err != nil || n < 0 {
-		return 0, badRequest("%s must be a version number (0 for the empty ruleset)", name)
-	}
-	return n, nil
-}
-
 func (a *API) snapshot(c *gin.Context, v int64) ([]store.DomainRevision, error) {
 	if v == 0 {
 		return nil, nil // FindSnapshot(0) is the latest; 0 here is "nothing yet"
@@ -47,28 +36,25 @@ func (a *API) snapshot(c *gin.Context, v int64) ([]store.DomainRevision, error) 
 }
 
 // diffVersions answers GET /versions/{a}/diff/{b}: what changed from a to b.
-func (a *API) diffVersions(c *gin.Context) {
+func (a *API) diffVersions(c *gin.Context) error {
 	from, err := pathVersion(c, "n")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	to, err := pathVersion(c, "m")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	old, err := a.snapshot(c, from)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	cur, err := a.snapshot(c, to)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, diffJSON{From: from, To: to, Domains: diffDomains(old, cur)})
+	return nil
 }
 
 // diffDomains compares two rulesets domain by domain.
