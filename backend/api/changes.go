@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/rules"
 )
 
 type changeCreateRequest struct {
@@ -72,7 +73,7 @@ func (a *API) listChanges(c *gin.Context) error {
 // it would make to the current ruleset.
 type changeView struct {
 	store.ChangeRequest
-	Diff []domainDiffJSON `json:"diff,omitempty"`
+	Diff []rules.DomainDiff `json:"diff,omitempty"`
 }
 
 func (a *API) getChange(c *gin.Context) error {
@@ -95,7 +96,7 @@ func (a *API) getChange(c *gin.Context) error {
 }
 
 // pendingDiff compares the current ruleset with the one cr would publish.
-func (a *API) pendingDiff(c *gin.Context, cr store.ChangeRequest) ([]domainDiffJSON, error) {
+func (a *API) pendingDiff(c *gin.Context, cr store.ChangeRequest) ([]rules.DomainDiff, error) {
 	cur, err := a.store.FindSnapshot(c.Request.Context(), 0)
 	if err != nil {
 		return nil, err
