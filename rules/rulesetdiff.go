@@ -1,7 +1,5 @@
 package rules
 
-import "slices"
-
 // How a domain differs between two rulesets (DomainDiff.Change).
 const (
 	DomainDiffAdded   = "added"
@@ -33,18 +31,8 @@ type DomainDiff struct {
 // changed but whose meaning did not (a comment, a default written out) is
 // listed with no Changes.
 func DiffRulesets(old, new map[string]string) []DomainDiff {
-	names := make([]string, 0, len(old)+len(new))
-	for n := range old {
-		names = append(names, n)
-	}
-	for n := range new {
-		if _, ok := old[n]; !ok {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
 	out := []DomainDiff{}
-	for _, n := range names {
+	for _, n := range unionNames(old, new) {
 		a, inA := old[n]
 		b, inB := new[n]
 		if inA && inB && a == b {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/rules"
 )
 
 // runCLI runs the program and returns its exit status and output.
@@ -163,24 +165,14 @@ gone: domain removed
 	code, out, _ = runCLI(t, "rules", "diff", "-json", api, api2)
 	// The same shape as the console's GET /versions/{a}/diff/{b}.
 	var body struct {
-		Domains []struct {
-			Name    string `json:"name"`
-			Change  string `json:"change"`
-			Unified string `json:"unified"`
-			Added   int    `json:"added"`
-			Removed int    `json:"removed"`
-			Changes []struct {
-				Kind   string `json:"kind"`
-				Domain string `json:"domain"`
-			} `json:"changes"`
-		} `json:"domains"`
+		Domains []rules.DomainDiff `json:"domains"`
 	}
 	if err := json.Unmarshal([]byte(out), &body); err != nil || code != 1 {
 		t.Fatalf("diff -json: exit %d, %v:\n%s", code, err, out)
 	}
 	if len(body.Domains) != 1 || body.Domains[0].Name != "api" || body.Domains[0].Change != "changed" ||
 		body.Domains[0].Added != 1 || body.Domains[0].Removed != 1 ||
-		len(body.Domains[0].Changes) != 1 || body.Domains[0].Changes[0].Kind != "limit_changed" ||
+		len(body.Domains[0].Changes) != 1 || body.Domains[0].Changes[0].Kind != rules.LimitChanged ||
 		!strings.Contains(body.Domains[0].Unified, "+    rate_limit: {unit: second, requests_per_unit: 10}") {
 		t.Errorf("diff -json = %+v", body)
 	}
