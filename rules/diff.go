@@ -95,19 +95,8 @@ func orNone(s string) string {
 // Nil domains are skipped; a name given twice counts once, the last one.
 func Diff(old, new []*Domain) []Change {
 	before, after := byName(old), byName(new)
-	names := make([]string, 0, len(before)+len(after))
-	for n := range before {
-		names = append(names, n)
-	}
-	for n := range after {
-		if _, ok := before[n]; !ok {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-
 	var changes []Change
-	for _, name := range names {
+	for _, name := range unionNames(before, after) {
 		a, b := before[name], after[name]
 		switch {
 		case a == nil:
@@ -122,6 +111,21 @@ func Diff(old, new []*Domain) []Change {
 		changes = append(changes, limitChanges(name, limitsOf(a), limitsOf(b))...)
 	}
 	return changes
+}
+
+// unionNames lists the keys of a and b, sorted, each once.
+func unionNames[A, B any](a map[string]A, b map[string]B) []string {
+	names := make([]string, 0, len(a)+len(b))
+	for n := range a {
+		names = append(names, n)
+	}
+	for n := range b {
+		if _, ok := a[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 func byName(domains []*Domain) map[string]*Domain {

@@ -2,6 +2,8 @@ package rules
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	gocmp "github.com/google/go-cmp/cmp"
@@ -168,5 +170,42 @@ func TestChangeString(t *testing.T) {
 		if got := tt.c.String(); got != tt.want {
 			t.Errorf("String() = %q\nwant %q", got, tt.want)
 		}
+	}
+}
+
+func TestDiffRulesets(t *testing.T) {
+	api := "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
+	api2 := "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+	comment := "# only a comment\n" + api
+	old := map[string]string{"api": api, "gone": "domain: gone\n", "same": "domain: same\n", "text": api, "broken": "domain: [\n"}
+	cur := map[string]string{"api": api2, "new": "domain: new\n", "same": "domain: same\n", "text": comment, "broken": "domain: broken\n"}
+	got := DiffRulesets(old, cur)
+	var names []string
+	for _, d := range got {
+		names = append(names, d.Name+":"+d.Change)
+	}
+	if want := "[api:changed broken:changed gone:removed new:added text:changed]"; fmt.Sprint(names) != want {
+		t.Fatalf("domains = %v, want %s", names, want)
+	}
+	byName := map[string]DomainDiff{}
+	for _, d := range got {
+		byName[d.Name] = d
+	}
+	if d := byName["api"]; d.Added != 1 || d.Removed != 1 || d.Unified != UnifiedDiff("api.yaml", api, api2) ||
+		len(d.Changes) != 1 || d.Changes[0].Kind != LimitChanged || d.Error != "" {
+		t.Errorf("api = %+v", d)
+	}
+	if d := byName["gone"]; d.Removed != 1 || d.Added != 0 || len(d.Changes) != 1 || d.Changes[0].Kind != DomainRemoved ||
+		!strings.Contains(d.Unified, "+++ /dev/null\n") {
+		t.Errorf("gone = %+v", d)
+	}
+	if d := byName["text"]; d.Changes == nil || len(d.Changes) != 0 || d.Added != 1 {
+		t.Errorf("a comment-only change = %+v, want text but no changes", d)
+	}
+	if d := byName["broken"]; !strings.HasPrefix(d.Error, "the rules no longer parse: ") || d.Unified == "" || d.Changes == nil {
+		t.Errorf("broken = %+v", d)
+	}
+	if d := DiffRulesets(cur, cur); d == nil || len(d) != 0 {
+		t.Errorf("DiffRulesets of equal rulesets = %#v, want empty", d)
 	}
 }

@@ -14,11 +14,25 @@ import (
 // inputs so different that a minimal diff would cost too much, parts of it
 // may show whole blocks replaced instead.
 func UnifiedDiff(name, oldYAML, newYAML string) string {
+	text, _, _ := unifiedDiff(name, oldYAML, newYAML)
+	return text
+}
+
+// unifiedDiff is UnifiedDiff with the number of lines added and removed.
+func unifiedDiff(name, oldYAML, newYAML string) (text string, added, removed int) {
 	if oldYAML == newYAML {
-		return ""
+		return "", 0, 0
 	}
 	a, b := splitLines(oldYAML), splitLines(newYAML)
 	ops := lineDiff(a, b)
+	for _, o := range ops {
+		switch o.kind {
+		case '+':
+			added++
+		case '-':
+			removed++
+		}
+	}
 
 	var out strings.Builder
 	from, to := "a/"+name, "b/"+name
@@ -55,7 +69,7 @@ func UnifiedDiff(name, oldYAML, newYAML string) string {
 		writeHunk(&out, a, b, ops[start:stop])
 		i = stop
 	}
-	return out.String()
+	return out.String(), added, removed
 }
 
 // op is one line of an edit script: ' ' keeps a[i] (= b[j]), '-' deletes

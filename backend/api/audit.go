@@ -39,12 +39,11 @@ var auditColumns = []string{"id", "at", "actor", "action", "target", "before", "
 // exportAudit streams every event matching f (from f's cursor on, newest
 // first) as CSV, reading the database a page at a time. limit sets the page
 // size, not the total.
-func (a *API) exportAudit(c *gin.Context, f store.AuditFilter) {
+func (a *API) exportAudit(c *gin.Context, f store.AuditFilter) error {
 	f.Limit = 1000
 	events, next, err := a.store.ListAudit(c.Request.Context(), f)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.Header("Content-Type", "text/csv; charset=utf-8")
 	c.Header("Content-Disposition", `attachment; filename="sluice-audit.csv"`)
@@ -61,14 +60,14 @@ func (a *API) exportAudit(c *gin.Context, f store.AuditFilter) {
 		}
 		w.Flush()
 		if w.Error() != nil || next == 0 {
-			return
+			return nil
 		}
 		f.Before = next
 		if events, next, err = a.store.ListAudit(c.Request.Context(), f); err != nil {
 			// The status line is out; the client sees a truncated file
 			// without the trailing newline of a complete last row.
 			a.log.ErrorContext(c, "export audit", "request_id", c.GetString("request_id"), "error", err)
-			return
+			return nil
 		}
 	}
 }

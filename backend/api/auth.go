@@ -1,7 +1,6 @@
 package api
 
 import (
-	"crypto/subtle"
 	"errors"
 	"math"
 	"net/http"
@@ -52,82 +51,6 @@ type principal struct {
 
 var roleRank = map[string]int{store.RoleViewer: 1, store.RoleEditor: 2, store.RoleAdmin: 3}
 
-// authenticate resolves the caller from a Bearer token or a session cookie.
-// A request with neither continues anonymously; one with a bad credential
-// is refused here, so a typo never silently downgrades to anonymous.
-// Tokens and sessions are looked up on every request, so a disabled user
-// or token, or an expired one, stops working at once.
-func (a *API) authenticate(c *gin.Context) {
-	if h := c.GetHeader("Authorization"); h != "" {
-		secret, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || secret == "" {
-			a.fail(c, httpError(http.StatusUnauthorized, "unauthorized", "Authorization must be \"Bearer <token>\""))
-			return
-		}
-		tok, err := a.store.FindToken(c.Request.Context(), secret)
-		if err != nil {
-			a.fail(c, unauthorized(err))
-			return
-		}
-		c.Set("principal", &principal{name: "token:" + tok.Name + "#" + itoa(tok.ID), owner: tok.CreatedBy, role: tok.Role, tokenID: tok.ID})
-		c.Next()
-		return
-	}
-	if secret, err := c.Cookie(sessionCookie); err == nil && secret != "" {
-		sess, err := a.store.FindSession(c.Request.Context(), secret)
-		switch {
-		case err == nil:
-			name := "user:" + sess.User.Username
-			c.Set("principal", &principal{name: name, owner: name, username: sess.User.Username, userID: sess.User.ID,
-				role: sess.User.Role, cookie: true, csrf: sess.CSRFToken, secret: secret})
-		case !isNotFound(err):
-			a.fail(c, err)
-			return
-		}
-	}
-	c.Next()
-}
-
-func unauthorized(err error) error {
-	if isNotFound(err) {
-		return httpError(http.StatusUnauthorized, "unauthorized", "invalid, expired or disabled credentials")
-	}
-	return err
-}
-
-// require lets the request through when the caller has at least role.
-// The node role is separate: it reaches only node endpoints. Cookie-
-// authenticated writes must carry the session's CSRF token.
-func (a *API) require(role string) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		p := caller(c)
-		if p == nil {
-			a.fail(c, httpError(http.StatusUnauthorized, "unauthorized", "sign in or send a Bearer token"))
-			return
-		}
-		allowed := p.role == role
-		if role != store.RoleNode && p.role != store.RoleNode {
-			allowed = roleRank[p.role] >= roleRank[role]
-		}
-		if !allowed {
-			a.fail(c, httpError(http.StatusForbidden, "forbidden", "your role ("+p.role+") cannot do this"))
-			return
-		}
-		if p.cookie && isWrite(c.Request.Method) {
-			got := c.GetHeader(csrfHeader)
-			if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(p.csrf)) != 1 {
-				a.fail(c, httpError(http.StatusForbidden, "csrf", "missing or wrong "+csrfHeader+" header"))
-				return
-			}
-		}
-		c.Next()
-	}
-}
-
-func isWrite(method string) bool {
-	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
-}
-
 func caller(c *gin.Context) *principal {
 	p, _ := c.Get("principal")
 	pr, _ := p.(*principal)
@@ -148,15 +71,14 @@ func (a *API) actor(c *gin.Context) store.Actor {
 }
 
 // allowAttempt decides one sign-in attempt for username from the client
-// address (see loginPerIP). When it is refused it answers 429 with
-// Retry-After and returns false; the message names neither the user nor
-// whether it exists.
-func (a *API) allowAttempt(c *gin.Context, username string) bool {
+// address (see loginPerIP). When it is refused it sets Retry-After and
+// returns a 429 error; the message names neither the user nor whether it
+// exists.
+func (a *API) allowAttempt(c *gin.Context, username string) error {
 	user, ip := strings.ToLower(username), c.ClientIP()
 	peek, err := a.throttle.Take(c.Request.Context(), []limiter.Request{failedMark(user, ip, 0), brake(user, 0)})
 	if err != nil {
-		a.fail(c, err)
-		return false
+		return err
 	}
 	var wait time.Duration
 	if peek[0].Remaining < 1 && peek[1].Remaining < 1 {
@@ -167,8 +89,7 @@ func (a *API) allowAttempt(c *gin.Context, username string) bool {
 			{Key: "login:ip-user:" + ip + "|" + user, Algorithm: rules.TokenBucket, Limit: loginPerUserIP, Period: time.Minute, Hits: 1},
 		})
 		if err != nil {
-			a.fail(c, err)
-			return false
+			return err
 		}
 		for _, d := range ds {
 			if !d.Allowed {
@@ -177,14 +98,13 @@ func (a *API) allowAttempt(c *gin.Context, username string) bool {
 		}
 	}
 	if wait == 0 {
-		return true
+		return nil
 	}
 	secs := int(math.Ceil(wait.Seconds()))
 	a.log.WarnContext(c, "sign-in throttled", "ip", ip, "request_id", c.GetString("request_id"))
 	c.Header("Retry-After", strconv.Itoa(secs))
-	a.fail(c, httpError(http.StatusTooManyRequests, "too_many_attempts",
-		"too many sign-in attempts; try again in "+strconv.Itoa(secs)+" s"))
-	return false
+	return httpError(http.StatusTooManyRequests, "too_many_attempts",
+		"too many sign-in attempts; try again in "+strconv.Itoa(secs)+" s")
 }
 
 // Failed sign-ins in the audit trail: only for usernames that exist (a
@@ -240,64 +160,58 @@ type loginRequest struct {
 	Password string `json:"password"`
 }
 
-func (a *API) login(c *gin.Context) {
+func (a *API) login(c *gin.Context) error {
 	var req loginRequest
 	if err := decodeLimit(c, &req, maxLoginBytes, false); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if req.Username == "" || req.Password == "" || len(req.Username) > 128 {
-		a.fail(c, badRequest("username and password are required"))
-		return
+		return badRequest("username and password are required")
 	}
-	if !a.allowAttempt(c, req.Username) {
-		return
+	if err := a.allowAttempt(c, req.Username); err != nil {
+		return err
 	}
 	user, err := a.store.Authenticate(c.Request.Context(), req.Username, req.Password)
 	if errors.Is(err, store.ErrBadCredentials) {
 		if ferr := a.failedAttempt(c, req.Username); ferr != nil {
-			a.fail(c, ferr)
-			return
+			return ferr
 		}
 		if rerr := a.recordFailedLogin(c, req.Username, err); rerr != nil {
-			a.fail(c, rerr)
-			return
+			return rerr
 		}
-		a.fail(c, httpError(http.StatusUnauthorized, "unauthorized", "invalid username or password"))
-		return
+		return httpError(http.StatusUnauthorized, "unauthorized", "invalid username or password")
 	}
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	act := a.actor(c)
 	act.Name = "user:" + user.Username
 	secret, csrf, err := a.store.CreateSession(c.Request.Context(), user, act)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	http.SetCookie(c.Writer, &http.Cookie{
 		Name: sessionCookie, Value: secret, Path: "/", HttpOnly: true, Secure: a.secure || c.Request.TLS != nil,
 		SameSite: http.SameSiteStrictMode, Expires: time.Now().Add(store.SessionAbsolute),
 	})
 	c.JSON(http.StatusOK, gin.H{"csrf_token": csrf, "user": user})
+	return nil
 }
 
-func (a *API) logout(c *gin.Context) {
+func (a *API) logout(c *gin.Context) error {
 	p := caller(c)
 	if p.cookie {
 		if err := a.store.DeleteSession(c.Request.Context(), p.secret, p.username, a.actor(c)); err != nil {
-			a.fail(c, err)
-			return
+			return err
 		}
 	}
 	http.SetCookie(c.Writer, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
 		Secure: a.secure || c.Request.TLS != nil, SameSite: http.SameSiteStrictMode})
 	c.Status(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) me(c *gin.Context) {
+func (a *API) me(c *gin.Context) error {
 	p := caller(c)
 	body := gin.H{"name": p.name, "role": p.role}
 	if p.username != "" {
@@ -308,6 +222,7 @@ func (a *API) me(c *gin.Context) {
 		body["csrf_token"] = p.csrf
 	}
 	c.JSON(http.StatusOK, body)
+	return nil
 }
 
 type passwordChangeRequest struct {
@@ -317,36 +232,31 @@ type passwordChangeRequest struct {
 
 // changePassword lets a signed-in user change their own password. Their
 // other sessions end; this one stays.
-func (a *API) changePassword(c *gin.Context) {
+func (a *API) changePassword(c *gin.Context) error {
 	p := caller(c)
 	if p.userID == 0 {
-		a.fail(c, httpError(http.StatusForbidden, "forbidden", "only a signed-in user has a password to change"))
-		return
+		return httpError(http.StatusForbidden, "forbidden", "only a signed-in user has a password to change")
 	}
 	var req passwordChangeRequest
 	if err := decodeLimit(c, &req, maxLoginBytes, false); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if err := checkPassword(req.NewPassword); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
-	if !a.allowAttempt(c, p.username) {
-		return
+	if err := a.allowAttempt(c, p.username); err != nil {
+		return err
 	}
 	err := a.store.ChangePassword(c.Request.Context(), p.userID, req.CurrentPassword, req.NewPassword, p.secret, a.actor(c))
 	if errors.Is(err, store.ErrBadCredentials) {
 		if ferr := a.failedAttempt(c, p.username); ferr != nil {
-			a.fail(c, ferr)
-			return
+			return ferr
 		}
-		a.fail(c, httpError(http.StatusForbidden, "wrong_password", "the current password is wrong"))
-		return
+		return httpError(http.StatusForbidden, "wrong_password", "the current password is wrong")
 	}
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.Status(http.StatusNoContent)
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/rules"
 )
 
 type changeCreateRequest struct {
@@ -19,92 +20,83 @@ type changeCreateRequest struct {
 
 // createChange proposes a domain publish (or deletion) for review, whether
 // or not approval is required.
-func (a *API) createChange(c *gin.Context) {
+func (a *API) createChange(c *gin.Context) error {
 	var req changeCreateRequest
 	if err := decode(c, &req); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if !domainName.MatchString(req.Domain) {
-		a.fail(c, badRequest("domain names use letters, digits, '_', '.', '-' (at most 128)"))
-		return
+		return badRequest("domain names use letters, digits, '_', '.', '-' (at most 128)")
 	}
 	msg, err := checkMessage(req.Message)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	ch := store.Change{Kind: store.KindPublish, Domain: req.Domain, YAML: req.YAML, BaseVersion: req.BaseVersion,
 		Message: msg, Actor: a.actor(c)}
 	if req.Delete {
 		if req.YAML != "" {
-			a.fail(c, badRequest("a deletion takes no yaml"))
-			return
+			return badRequest("a deletion takes no yaml")
 		}
 		ch.Kind = store.KindDelete
 	} else if err := validateDomain(req.Domain, req.YAML); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	cr, err := a.store.Propose(c.Request.Context(), ch)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusCreated, cr)
+	return nil
 }
 
-func (a *API) listChanges(c *gin.Context) {
+func (a *API) listChanges(c *gin.Context) error {
 	cursor, limit, err := page(c)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	f := store.ChangeFilter{Status: c.Query("status"), Domain: c.Query("domain"), Author: c.Query("author"), Before: cursor, Limit: limit}
 	switch f.Status {
 	case "", store.ChangePending, store.ChangeApproved, store.ChangeRejected:
 	default:
-		a.fail(c, badRequest("status must be pending, approved or rejected"))
-		return
+		return badRequest("status must be pending, approved or rejected")
 	}
 	crs, next, err := a.store.ListChanges(c.Request.Context(), f)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, gin.H{"changes": crs, "next_cursor": nextCursor(next)})
+	return nil
 }
 
 // changeView is a change request with, while it is pending, the difference
 // it would make to the current ruleset.
 type changeView struct {
 	store.ChangeRequest
-	Diff []domainDiffJSON `json:"diff,omitempty"`
+	Diff []rules.DomainDiff `json:"diff,omitempty"`
 }
 
-func (a *API) getChange(c *gin.Context) {
+func (a *API) getChange(c *gin.Context) error {
 	id, err := pathInt(c, "id")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	cr, err := a.store.FindChange(c.Request.Context(), id)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	view := changeView{ChangeRequest: cr}
 	if cr.Status == store.ChangePending {
 		if view.Diff, err = a.pendingDiff(c, cr); err != nil {
-			a.fail(c, err)
-			return
+			return err
 		}
 	}
 	c.JSON(http.StatusOK, view)
+	return nil
 }
 
 // pendingDiff compares the current ruleset with the one cr would publish.
-func (a *API) pendingDiff(c *gin.Context, cr store.ChangeRequest) ([]domainDiffJSON, error) {
+func (a *API) pendingDiff(c *gin.Context, cr store.ChangeRequest) ([]rules.DomainDiff, error) {
 	cur, err := a.store.FindSnapshot(c.Request.Context(), 0)
 	if err != nil {
 		return nil, err
@@ -134,65 +126,57 @@ type reviewRequest struct {
 
 // approveChange publishes a pending change request; the approver must not
 // be its author.
-func (a *API) approveChange(c *gin.Context) {
+func (a *API) approveChange(c *gin.Context) error {
 	id, err := pathInt(c, "id")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	var req reviewRequest
 	if err := decodeOptional(c, &req); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	msg := strings.TrimSpace(req.Message)
 	if len(msg) > maxTextBytes {
-		a.fail(c, badRequest("the message is over %d bytes", maxTextBytes))
-		return
+		return badRequest("the message is over %d bytes", maxTextBytes)
 	}
 	cr, err := a.store.FindChange(c.Request.Context(), id)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	// The YAML was valid when proposed; check again in case this binary's
 	// rules are stricter than the one that accepted it.
 	if cr.Kind == store.KindPublish {
 		if err := validateDomain(cr.Domain, cr.YAML); err != nil {
-			a.fail(c, err)
-			return
+			return err
 		}
 	}
 	if cr, err = a.store.Approve(c.Request.Context(), id, a.actor(c), msg); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	a.notify(c)
 	c.JSON(http.StatusOK, cr)
+	return nil
 }
 
 // rejectChange closes a pending change request without publishing it; its
 // author may reject it too, to withdraw it. A reason is required.
-func (a *API) rejectChange(c *gin.Context) {
+func (a *API) rejectChange(c *gin.Context) error {
 	id, err := pathInt(c, "id")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	var req reviewRequest
 	if err := decode(c, &req); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	msg, err := checkMessage(req.Message)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	cr, err := a.store.Reject(c.Request.Context(), id, a.actor(c), msg)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, cr)
+	return nil
 }

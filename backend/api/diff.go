@@ -2,8 +2,6 @@ package api
 
 import (
 	"net/http"
-	"slices"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -13,29 +11,9 @@ import (
 
 // diffJSON is the difference between two rulesets, per domain.
 type diffJSON struct {
-	From    int64            `json:"from"`
-	To      int64            `json:"to"`
-	Domains []domainDiffJSON `json:"domains"` // only domains that differ, by name
-}
-
-type domainDiffJSON struct {
-	Name    string         `json:"name"`
-	Change  string         `json:"change"`  // added, removed or changed
-	Unified string         `json:"unified"` // unified diff of the YAML
-	Changes []rules.Change `json:"changes"` // structured: domain and limits added, removed or changed
-	// Error is set when one side's YAML no longer parses, so Changes could
-	// not be computed (Unified still shows the text).
-	Error string `json:"error,omitempty"`
-}
-
-// pathVersion reads a version number; 0 means the empty ruleset before the
-// first version.
-func pathVersion(c *gin.Context, name string) (int64, error) {
-	n, err := strconv.ParseInt(c.Param(name), 10, 64)
-	if err != nil || n < 0 {
-		return 0, badRequest("%s must be a version number (0 for the empty ruleset)", name)
-	}
-	return n, nil
+	From    int64              `json:"from"`
+	To      int64              `json:"to"`
+	Domains []rules.DomainDiff `json:"domains"` // only domains that differ, by name
 }
 
 func (a *API) snapshot(c *gin.Context, v int64) ([]store.DomainRevision, error) {
@@ -47,86 +25,36 @@ func (a *API) snapshot(c *gin.Context, v int64) ([]store.DomainRevision, error) 
 }
 
 // diffVersions answers GET /versions/{a}/diff/{b}: what changed from a to b.
-func (a *API) diffVersions(c *gin.Context) {
+func (a *API) diffVersions(c *gin.Context) error {
 	from, err := pathVersion(c, "n")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	to, err := pathVersion(c, "m")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	old, err := a.snapshot(c, from)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	cur, err := a.snapshot(c, to)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, diffJSON{From: from, To: to, Domains: diffDomains(old, cur)})
+	return nil
 }
 
-// diffDomains compares two rulesets domain by domain.
-func diffDomains(old, cur []store.DomainRevision) []domainDiffJSON {
-	before := make(map[string]string, len(old))
-	for _, d := range old {
-		before[d.Name] = d.YAML
+// diffDomains compares two rulesets domain by domain (see rules.DiffRulesets).
+func diffDomains(old, cur []store.DomainRevision) []rules.DomainDiff {
+	return rules.DiffRulesets(yamlByName(old), yamlByName(cur))
+}
+
+func yamlByName(ds []store.DomainRevision) map[string]string {
+	m := make(map[string]string, len(ds))
+	for _, d := range ds {
+		m[d.Name] = d.YAML
 	}
-	after := make(map[string]string, len(cur))
-	for _, d := range cur {
-		after[d.Name] = d.YAML
-	}
-	var names []string
-	for n := range before {
-		names = append(names, n)
-	}
-	for n := range after {
-		if _, ok := before[n]; !ok {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-	out := []domainDiffJSON{}
-	for _, n := range names {
-		a, inA := before[n]
-		b, inB := after[n]
-		if inA && inB && a == b {
-			continue
-		}
-		d := domainDiffJSON{Name: n, Change: "changed", Unified: rules.UnifiedDiff(n+".yaml", a, b), Changes: []rules.Change{}}
-		switch {
-		case !inA:
-			d.Change = "added"
-		case !inB:
-			d.Change = "removed"
-		}
-		var olds, news []*rules.Domain
-		for _, side := range []struct {
-			src     string
-			present bool
-			into    *[]*rules.Domain
-		}{{a, inA, &olds}, {b, inB, &news}} {
-			if !side.present {
-				continue
-			}
-			dom, err := rules.Parse(n+".yaml", []byte(side.src))
-			if err != nil {
-				d.Error = "the rules no longer parse: " + err.Error()
-				break
-			}
-			*side.into = append(*side.into, dom)
-		}
-		if d.Error == "" {
-			if changes := rules.Diff(olds, news); changes != nil {
-				d.Changes = changes
-			}
-		}
-		out = append(out, d)
-	}
-	return out
+	return m
 }

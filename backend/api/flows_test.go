@@ -117,6 +117,8 @@ func TestPublishFlow(t *testing.T) {
 			Name    string `json:"name"`
 			Change  string `json:"change"`
 			Unified string `json:"unified"`
+			Added   int    `json:"added"`
+			Removed int    `json:"removed"`
 			Changes []struct {
 				Kind string `json:"kind"`
 				Name string `json:"name"`
@@ -138,7 +140,7 @@ func TestPublishFlow(t *testing.T) {
 	api, b := diff.Domains[0], diff.Domains[1]
 	wantUnified := "--- a/api.yaml\n+++ b/api.yaml\n@@ -1,4 +1,4 @@\n domain: api\n descriptors:\n   - key: api_key\n" +
 		"-    rate_limit: {unit: minute, requests_per_unit: 100}\n+    rate_limit: {unit: minute, requests_per_unit: 200}\n"
-	if api.Name != "api" || api.Change != "changed" || api.Unified != wantUnified {
+	if api.Name != "api" || api.Change != "changed" || api.Unified != wantUnified || api.Added != 1 || api.Removed != 1 {
 		t.Errorf("api diff = %+v\nwant unified:\n%s", api, wantUnified)
 	}
 	if len(api.Changes) != 1 || api.Changes[0].Kind != "limit_changed" || api.Changes[0].Name != "api_key" ||

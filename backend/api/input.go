@@ -31,36 +31,6 @@ func checkText(field, s string) error {
 	return nil
 }
 
-// checkInput refuses a request whose path parameters or query (names and
-// values) hold a NUL byte or invalid UTF-8, or whose query values are over
-// maxTextBytes, before any handler reads them. It runs after routing, so
-// every route's filters are covered, including ones added later.
-func (a *API) checkInput(c *gin.Context) {
-	for _, p := range c.Params {
-		if err := checkText(p.Key, p.Value); err != nil {
-			a.fail(c, err)
-			return
-		}
-	}
-	for name, values := range c.Request.URL.Query() {
-		if err := checkText("query parameter name", name); err != nil {
-			a.fail(c, err)
-			return
-		}
-		for _, v := range values {
-			if err := checkText("query parameter "+name, v); err != nil {
-				a.fail(c, err)
-				return
-			}
-			if len(v) > maxTextBytes {
-				a.fail(c, badRequest("query parameter %s is over %d bytes", name, maxTextBytes))
-				return
-			}
-		}
-	}
-	c.Next()
-}
-
 // decode reads a JSON body strictly: bounded size, unknown fields refused.
 func decode(c *gin.Context, v any) error { return decodeLimit(c, v, maxBodyBytes, false) }
 

@@ -14,24 +14,21 @@ import (
 // with the version it runs, the version it rejected and why, when it was
 // last seen and its live decision rates. ?status=connected or
 // ?status=disconnected filters.
-func (a *API) listNodes(c *gin.Context) {
+func (a *API) listNodes(c *gin.Context) error {
 	status := c.Query("status")
 	if status != "" && status != store.NodeConnected && status != store.NodeDisconnected {
-		a.fail(c, httpError(http.StatusBadRequest, "bad_request", "status must be connected or disconnected"))
-		return
+		return httpError(http.StatusBadRequest, "bad_request", "status must be connected or disconnected")
 	}
 	// The request's context, not gin's: a pooled gin.Context must not
 	// outlive the handler inside database/sql.
 	ctx := c.Request.Context()
 	nodes, err := a.hub.Nodes(ctx)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	current, err := a.store.CurrentVersion(ctx)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	out := make([]store.Node, 0, len(nodes))
 	for _, n := range nodes {
@@ -40,6 +37,7 @@ func (a *API) listNodes(c *gin.Context) {
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"nodes": out, "current_version": current})
+	return nil
 }
 
 // nodeStream is the enforcers' subscription websocket; the node token was

@@ -33,12 +33,12 @@ func toJSON(src []byte) ([]byte, error) {
 	return out, nil
 }
 
-func (a *API) getOpenAPI(c *gin.Context) {
+func (a *API) getOpenAPI(c *gin.Context) error {
 	if openAPIErr != nil {
-		a.fail(c, openAPIErr)
-		return
+		return openAPIErr
 	}
 	c.Data(http.StatusOK, "application/json", a.openapi)
+	return nil
 }
 
 // getSchema serves the JSON Schema of the rule format, for editors and the

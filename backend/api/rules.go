@@ -23,13 +23,13 @@ func domainParam(c *gin.Context) (string, error) {
 	return d, nil
 }
 
-func (a *API) getRuleset(c *gin.Context) {
+func (a *API) getRuleset(c *gin.Context) error {
 	snap, err := a.store.FindSnapshot(c.Request.Context(), 0)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, snap)
+	return nil
 }
 
 // domainSummary is a domain in the list: when and by whom it last changed,
@@ -43,11 +43,10 @@ type domainSummary struct {
 	Limits    int    `json:"limits"`
 }
 
-func (a *API) listDomains(c *gin.Context) {
+func (a *API) listDomains(c *gin.Context) error {
 	snap, err := a.store.FindSnapshot(c.Request.Context(), 0)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	out := make([]domainSummary, len(snap.Domains))
 	for i, d := range snap.Domains {
@@ -58,23 +57,21 @@ func (a *API) listDomains(c *gin.Context) {
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"version": snap.Version, "domains": out})
+	return nil
 }
 
-func (a *API) getDomain(c *gin.Context) {
+func (a *API) getDomain(c *gin.Context) error {
 	name, err := domainParam(c)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	d, err := a.store.FindDomain(c.Request.Context(), name)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	current, err := a.store.CurrentVersion(c.Request.Context())
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	body := gin.H{"name": d.Name, "yaml": d.YAML, "version": d.Version, "current_version": current,
 		"changed_at": d.ChangedAt, "author": d.Author, "message": d.Message}
@@ -88,10 +85,10 @@ func (a *API) getDomain(c *gin.Context) {
 		// then is the only way here. Show the YAML and say what is wrong.
 		body["config"], body["limits"], body["problems"] = nil, []limitJSON{}, ve.Details()
 	default:
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, body)
+	return nil
 }
 
 type publishRequest struct {
@@ -114,27 +111,23 @@ func checkMessage(m string) (string, error) {
 
 // putDomain validates a domain's YAML and publishes it as a new version, or
 // proposes it when approval is required.
-func (a *API) putDomain(c *gin.Context) {
+func (a *API) putDomain(c *gin.Context) error {
 	name, err := domainParam(c)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	var req publishRequest
 	if err := decode(c, &req); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	msg, err := checkMessage(req.Message)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if err := validateDomain(name, req.YAML); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
-	a.submit(c, store.Change{Kind: store.KindPublish, Domain: name, YAML: req.YAML, BaseVersion: req.BaseVersion,
+	return a.submit(c, store.Change{Kind: store.KindPublish, Domain: name, YAML: req.YAML, BaseVersion: req.BaseVersion,
 		Message: msg, BreakGlass: req.BreakGlassReason})
 }
 
@@ -160,23 +153,20 @@ type deleteRequest struct {
 	BreakGlassReason string `json:"break_glass_reason"`
 }
 
-func (a *API) deleteDomain(c *gin.Context) {
+func (a *API) deleteDomain(c *gin.Context) error {
 	name, err := domainParam(c)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	var req deleteRequest
 	if err := decode(c, &req); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	msg, err := checkMessage(req.Message)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
-	a.submit(c, store.Change{Kind: store.KindDelete, Domain: name, BaseVersion: req.BaseVersion, Message: msg,
+	return a.submit(c, store.Change{Kind: store.KindDelete, Domain: name, BaseVersion: req.BaseVersion, Message: msg,
 		BreakGlass: req.BreakGlassReason})
 }
 
@@ -189,57 +179,49 @@ type domainRollbackRequest struct {
 
 // rollbackDomain publishes a version in which one domain is as it was at
 // to_version (absent if it did not exist then).
-func (a *API) rollbackDomain(c *gin.Context) {
+func (a *API) rollbackDomain(c *gin.Context) error {
 	name, err := domainParam(c)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	var req domainRollbackRequest
 	if err := decode(c, &req); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if req.ToVersion <= 0 {
-		a.fail(c, badRequest("to_version must be a positive integer"))
-		return
+		return badRequest("to_version must be a positive integer")
 	}
 	msg, err := checkMessage(req.Message)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
-	a.submit(c, store.Change{Kind: store.KindDomainRollback, Domain: name, RollbackTo: req.ToVersion,
+	return a.submit(c, store.Change{Kind: store.KindDomainRollback, Domain: name, RollbackTo: req.ToVersion,
 		BaseVersion: req.BaseVersion, Message: msg, BreakGlass: req.BreakGlassReason})
 }
 
 // submit publishes ch and answers 200 {"version"} (plus "rollback_of" for
 // rollbacks). When approval is required it proposes ch instead and answers
 // 202 {"change"}. Only admins may break glass.
-func (a *API) submit(c *gin.Context, ch store.Change) {
+func (a *API) submit(c *gin.Context, ch store.Change) error {
 	ch.BreakGlass = strings.TrimSpace(ch.BreakGlass)
 	if ch.BreakGlass != "" && caller(c).role != store.RoleAdmin {
-		a.fail(c, httpError(http.StatusForbidden, "forbidden", "only admins may break glass"))
-		return
+		return httpError(http.StatusForbidden, "forbidden", "only admins may break glass")
 	}
 	if len(ch.BreakGlass) > maxTextBytes {
-		a.fail(c, badRequest("break_glass_reason is over %d bytes", maxTextBytes))
-		return
+		return badRequest("break_glass_reason is over %d bytes", maxTextBytes)
 	}
 	ch.Actor = a.actor(c)
 	v, err := a.store.Publish(c.Request.Context(), ch)
 	if errors.Is(err, store.ErrApprovalRequired) {
 		cr, err := a.store.Propose(c.Request.Context(), ch)
 		if err != nil {
-			a.fail(c, err)
-			return
+			return err
 		}
 		c.JSON(http.StatusAccepted, gin.H{"change": cr})
-		return
+		return nil
 	}
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	a.notify(c)
 	body := gin.H{"version": v}
@@ -247,6 +229,7 @@ func (a *API) submit(c *gin.Context, ch store.Change) {
 		body["rollback_of"] = ch.RollbackTo
 	}
 	c.JSON(http.StatusOK, body)
+	return nil
 }
 
 // notify pushes the new version to this console's nodes. The publish has
@@ -258,46 +241,41 @@ func (a *API) notify(c *gin.Context) {
 	}
 }
 
-func (a *API) listVersions(c *gin.Context) {
+func (a *API) listVersions(c *gin.Context) error {
 	cursor, limit, err := page(c)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	f := store.VersionFilter{Domain: c.Query("domain"), Author: c.Query("author"), Before: cursor, Limit: limit}
 	if f.Since, err = queryTime(c, "since"); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if f.Until, err = queryTime(c, "until"); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	vs, next, err := a.store.ListVersions(c.Request.Context(), f)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, gin.H{"versions": a.withApplied(c, vs...), "next_cursor": nextCursor(next)})
+	return nil
 }
 
-func (a *API) getVersion(c *gin.Context) {
+func (a *API) getVersion(c *gin.Context) error {
 	n, err := pathInt(c, "n")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	meta, err := a.store.FindVersion(c.Request.Context(), n)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	snap, err := a.store.FindSnapshot(c.Request.Context(), n)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, gin.H{"version": a.withApplied(c, meta)[0], "domains": snap.Domains})
+	return nil
 }
 
 type rollbackRequest struct {
@@ -307,56 +285,50 @@ type rollbackRequest struct {
 }
 
 // rollback publishes a new version whose content is version n's.
-func (a *API) rollback(c *gin.Context) {
+func (a *API) rollback(c *gin.Context) error {
 	n, err := pathInt(c, "n")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	var req rollbackRequest
 	if err := decode(c, &req); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	msg, err := checkMessage(req.Message)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
-	a.submit(c, store.Change{Kind: store.KindRollback, RollbackTo: n, BaseVersion: req.BaseVersion, Message: msg,
+	return a.submit(c, store.Change{Kind: store.KindRollback, RollbackTo: n, BaseVersion: req.BaseVersion, Message: msg,
 		BreakGlass: req.BreakGlassReason})
 }
 
-func (a *API) listAudit(c *gin.Context) {
+func (a *API) listAudit(c *gin.Context) error {
 	f, err := auditFilter(c)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	switch format := c.DefaultQuery("format", "json"); format {
 	case "csv":
-		a.exportAudit(c, f)
-		return
+		return a.exportAudit(c, f)
 	case "json":
 	default:
-		a.fail(c, badRequest("format must be json or csv"))
-		return
+		return badRequest("format must be json or csv")
 	}
 	events, next, err := a.store.ListAudit(c.Request.Context(), f)
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, gin.H{"events": events, "next_cursor": nextCursor(next)})
+	return nil
 }
 
-func (a *API) verifyAudit(c *gin.Context) {
+func (a *API) verifyAudit(c *gin.Context) error {
 	res, err := a.store.VerifyAudit(c.Request.Context())
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, res)
+	return nil
 }
 
 func isNotFound(err error) bool { return errors.Is(err, rules.ErrNotFound) }

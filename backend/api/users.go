@@ -37,13 +37,13 @@ func checkRole(role string, node bool) error {
 	return badRequest("role must be one of viewer, editor, admin")
 }
 
-func (a *API) listUsers(c *gin.Context) {
+func (a *API) listUsers(c *gin.Context) error {
 	users, err := a.store.ListUsers(c.Request.Context())
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, gin.H{"users": users})
+	return nil
 }
 
 type userCreateRequest struct {
@@ -52,77 +52,69 @@ type userCreateRequest struct {
 	Role     string `json:"role"`
 }
 
-func (a *API) createUser(c *gin.Context) {
+func (a *API) createUser(c *gin.Context) error {
 	var req userCreateRequest
 	if err := decode(c, &req); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if !usernamePattern.MatchString(req.Username) {
-		a.fail(c, badRequest("usernames use letters, digits, '_', '.', '@', '-' (at most 64)"))
-		return
+		return badRequest("usernames use letters, digits, '_', '.', '@', '-' (at most 64)")
 	}
 	if err := checkRole(req.Role, false); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if err := checkPassword(req.Password); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	u, err := a.store.CreateUser(c.Request.Context(), req.Username, req.Password, req.Role, a.actor(c))
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusCreated, u)
+	return nil
 }
 
-func (a *API) disableUser(c *gin.Context) { a.setUserDisabled(c, true) }
+func (a *API) disableUser(c *gin.Context) error { return a.setUserDisabled(c, true) }
 
-func (a *API) enableUser(c *gin.Context) { a.setUserDisabled(c, false) }
+func (a *API) enableUser(c *gin.Context) error { return a.setUserDisabled(c, false) }
 
 // setUserDisabled disables or enables a user; a disabled user's sessions end
 // at once. The last enabled admin cannot be disabled.
-func (a *API) setUserDisabled(c *gin.Context, disabled bool) {
+func (a *API) setUserDisabled(c *gin.Context, disabled bool) error {
 	id, err := pathInt(c, "id")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	u, err := a.store.SetUserDisabled(c.Request.Context(), id, disabled, a.actor(c))
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, u)
+	return nil
 }
 
 type roleRequest struct {
 	Role string `json:"role"`
 }
 
-func (a *API) setUserRole(c *gin.Context) {
+func (a *API) setUserRole(c *gin.Context) error {
 	id, err := pathInt(c, "id")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	var req roleRequest
 	if err := decode(c, &req); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if err := checkRole(req.Role, false); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	u, err := a.store.SetUserRole(c.Request.Context(), id, req.Role, a.actor(c))
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, u)
+	return nil
 }
 
 type passwordResetRequest struct {
@@ -131,25 +123,22 @@ type passwordResetRequest struct {
 
 // resetPassword is an admin setting a user's password; the user's sessions
 // end.
-func (a *API) resetPassword(c *gin.Context) {
+func (a *API) resetPassword(c *gin.Context) error {
 	id, err := pathInt(c, "id")
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	var req passwordResetRequest
 	if err := decodeLimit(c, &req, maxLoginBytes, false); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	if err := checkPassword(req.Password); err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	u, err := a.store.ResetPassword(c.Request.Context(), id, req.Password, a.actor(c))
 	if err != nil {
-		a.fail(c, err)
-		return
+		return err
 	}
 	c.JSON(http.StatusOK, u)
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/rules"
@@ -24,8 +23,10 @@ Commands:
                          -w rewrites the files, -check lists the files that are
                          not in canonical form and exits 1 if there are any
   diff [-json] OLD NEW   the changes from OLD to NEW (each a domain file or a
-                         directory of them) and a unified diff per domain; exit 0
-                         when they are the same, 1 when they differ, 2 on errors
+                         directory of them) and a unified diff per domain; -json
+                         prints the console's diff shape ({"domains": [...]});
+                         exit 0 when they are the same, 1 when they differ, 2 on
+                         errors
   schema                 print the JSON Schema of a domain file, for editors
 `
 
@@ -193,7 +194,7 @@ func replaceFile(name string, data []byte) error {
 func rulesDiff(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var asJSON bool
 	fs := newFlagSet("rules diff", getenv, stderr)
-	fs.bool(&asJSON, "json", "SLUICE_RULES_DIFF_JSON", false, `print {"changes": [...], "diffs": {domain: unified diff}}`)
+	fs.bool(&asJSON, "json", "SLUICE_RULES_DIFF_JSON", false, `print {"domains": [...]}, as the console's GET /api/v1/versions/{a}/diff/{b} does`)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -209,74 +210,34 @@ func rulesDiff(args []string, getenv func(string) string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	changes := rules.Diff(before.domains(), after.domains())
-
-	// The unified diffs compare the files as written, domain by domain.
-	names := before.names()
-	for _, n := range after.names() {
-		if !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-	diffs := map[string]string{}
-	for _, n := range names {
-		if d := rules.UnifiedDiff(n+".yaml", before[n].src, after[n].src); d != "" {
-			diffs[n] = d
-		}
-	}
+	diffs := rules.DiffRulesets(before, after)
 
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if changes == nil {
-			changes = []rules.Change{}
-		}
-		if err := enc.Encode(map[string]any{"changes": changes, "diffs": diffs}); err != nil {
+		if err := enc.Encode(map[string]any{"domains": diffs}); err != nil {
 			return err
 		}
 	} else {
-		for _, c := range changes {
-			fmt.Fprintln(stdout, c.String())
-		}
-		for _, n := range names {
-			if diffs[n] != "" {
-				fmt.Fprint(stdout, "\n"+diffs[n])
+		for _, d := range diffs {
+			for _, c := range d.Changes {
+				fmt.Fprintln(stdout, c.String())
 			}
 		}
+		for _, d := range diffs {
+			fmt.Fprint(stdout, "\n"+d.Unified)
+		}
 	}
-	if len(changes) > 0 || len(diffs) > 0 {
+	if len(diffs) > 0 {
 		return exitError{1}
 	}
 	return nil
 }
 
-// loaded is one side of a diff: each domain and its source, by name.
-type loaded map[string]struct {
-	domain *rules.Domain
-	src    string
-}
-
-func (l loaded) names() []string {
-	names := make([]string, 0, len(l))
-	for n := range l {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
-func (l loaded) domains() []*rules.Domain {
-	out := make([]*rules.Domain, 0, len(l))
-	for _, n := range l.names() {
-		out = append(out, l[n].domain)
-	}
-	return out
-}
-
 // loadDomains reads a domain file, or every *.yaml and *.yml file of a
-// directory. Problems are printed and end the command with status 2.
-func loadDomains(path string, stdout, stderr io.Writer) (loaded, error) {
+// directory, and returns each domain's source by name. Problems are printed
+// and end the command with status 2.
+func loadDomains(path string, stdout, stderr io.Writer) (map[string]string, error) {
 	paths := []string{path}
 	if info, err := os.Stat(path); err != nil {
 		fmt.Fprintln(stderr, err)
@@ -308,12 +269,9 @@ func loadDomains(path string, stdout, stderr io.Writer) (loaded, error) {
 		printProblems(err, stdout, stderr)
 		return nil, exitError{2}
 	}
-	out := loaded{}
+	out := make(map[string]string, len(domains))
 	for i, d := range domains {
-		out[d.Name] = struct {
-			domain *rules.Domain
-			src    string
-		}{d, string(files[i].YAML)}
+		out[d.Name] = string(files[i].YAML)
 	}
 	return out, nil
 }

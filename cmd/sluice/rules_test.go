@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/rules"
 )
 
 // runCLI runs the program and returns its exit status and output.
@@ -161,17 +163,17 @@ gone: domain removed
 	}
 
 	code, out, _ = runCLI(t, "rules", "diff", "-json", api, api2)
+	// The same shape as the console's GET /versions/{a}/diff/{b}.
 	var body struct {
-		Changes []struct {
-			Kind   string `json:"kind"`
-			Domain string `json:"domain"`
-		} `json:"changes"`
-		Diffs map[string]string `json:"diffs"`
+		Domains []rules.DomainDiff `json:"domains"`
 	}
 	if err := json.Unmarshal([]byte(out), &body); err != nil || code != 1 {
 		t.Fatalf("diff -json: exit %d, %v:\n%s", code, err, out)
 	}
-	if len(body.Changes) != 1 || body.Changes[0].Kind != "limit_changed" || !strings.Contains(body.Diffs["api"], "+    rate_limit: {unit: second, requests_per_unit: 10}") {
+	if len(body.Domains) != 1 || body.Domains[0].Name != "api" || body.Domains[0].Change != "changed" ||
+		body.Domains[0].Added != 1 || body.Domains[0].Removed != 1 ||
+		len(body.Domains[0].Changes) != 1 || body.Domains[0].Changes[0].Kind != rules.LimitChanged ||
+		!strings.Contains(body.Domains[0].Unified, "+    rate_limit: {unit: second, requests_per_unit: 10}") {
 		t.Errorf("diff -json = %+v", body)
 	}
 

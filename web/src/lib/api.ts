@@ -279,19 +279,29 @@ export function version(n: number): Promise<VersionSnapshot> {
   return request<VersionSnapshot>('GET', `/versions/${seg(n)}`);
 }
 
-/** ServerDiff is GET /versions/{a}/diff/{b} (issue 5): per domain, the unified and structured changes. */
+/**
+ * ServerDiff is GET /versions/{a}/diff/{b}: the domains that differ, each
+ * with its unified diff and structured changes (rules.DiffRulesets; the
+ * one ruleset diff, which `sluice rules diff -json` prints too).
+ */
 export interface ServerDiff {
-  from?: number;
-  to?: number;
-  domains?: DomainDiff[];
+  from: number;
+  to: number;
+  domains: DomainDiff[];
 }
 
 /** DomainDiff is one domain's part of a ServerDiff. */
 export interface DomainDiff {
   name: string;
-  change?: string;
-  unified?: string;
-  changes?: StructuredChange[];
+  change: 'added' | 'removed' | 'changed';
+  /** Unified diff of the YAML ("diff -u"). */
+  unified: string;
+  /** Lines added and removed. */
+  added: number;
+  removed: number;
+  /** Structured changes; empty when only the text changed, or when error is set. */
+  changes: StructuredChange[];
+  /** Set when one side's YAML no longer parses. */
   error?: string;
 }
 

@@ -1,6 +1,11 @@
-// Line diffs for the publish preview, the rollback preview and the version
-// comparison: Myers' O(ND) algorithm over lines, then unified hunks or
-// side-by-side rows. Pure functions, no DOM.
+// Line diffs in the browser, for what the console cannot diff for us: the
+// editor's unsaved text against the published one (publish and delete
+// previews, the rollback preview), and the line-by-line pairing of the
+// side-by-side view. Which domains two versions differ in, how, and by how
+// many lines is the console's answer (GET /versions/{a}/diff/{b}, from
+// rules.DiffRulesets); this is only the rendering of texts. Myers' O(ND)
+// algorithm over lines, then unified hunks or side-by-side rows. Pure
+// functions, no DOM.
 
 /** One line of a diff: kept, removed from the old text, or added in the new. */
 export interface DiffLine {
@@ -209,18 +214,6 @@ function hunkHeader(before: readonly DiffLine[], body: readonly DiffLine[]): str
 
 function range(start: number, count: number): string {
   return count === 1 ? `${start}` : `${start},${count}`;
-}
-
-/** unifiedText renders a diff as the text of a unified diff with the given file labels. */
-export function unifiedText(lines: readonly DiffLine[], oldLabel: string, newLabel: string, context = 3): string {
-  const hunks = unifiedHunks(lines, context);
-  if (hunks.length === 0) return '';
-  const out = [`--- ${oldLabel}`, `+++ ${newLabel}`];
-  for (const h of hunks) {
-    out.push(h.header);
-    for (const l of h.lines) out.push((l.type === 'equal' ? ' ' : l.type === 'delete' ? '-' : '+') + l.text);
-  }
-  return out.join('\n') + '\n';
 }
 
 /**
