@@ -37,7 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"nhooyr.io/websocket"
+	"github.com/coder/websocket"
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/rules/wire"
