@@ -807,6 +807,7 @@ func (h *Hub) Nodes(ctx context.Context) ([]store.Node, error) {
 	return out, nil
 }
 
+// truncate cuts s to at most n bytes without splitting a character.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
