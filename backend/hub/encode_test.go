@@ -31,7 +31,7 @@ func TestSnapshotEncodedOncePerVersion(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	h := New(st, nil)
 	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx, dbURL) }()
+	go func() { done <- h.Run(ctx) }()
 	srv := httptest.NewServer(http.HandlerFunc(h.Serve))
 	t.Cleanup(func() {
 		cancel()

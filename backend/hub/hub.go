@@ -136,11 +136,11 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 // registry).
 func (h *Hub) ID() string { return h.id }
 
-// Run keeps the registry flushed to Postgres and, when databaseURL is not
-// empty, listens for versions published by any replica and pushes them. It
-// returns when ctx ends, after closing every node connection (going away,
-// so nodes move to another replica) and writing the registry one last time.
-func (h *Hub) Run(ctx context.Context, databaseURL string) error {
+// Run keeps the registry flushed to Postgres and listens for versions
+// published by any replica and pushes them. It returns when ctx ends, after
+// closing every node connection (going away, so nodes move to another
+// replica) and writing the registry one last time.
+func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	if h.running {
 		h.mu.Unlock()
@@ -150,13 +150,7 @@ func (h *Hub) Run(ctx context.Context, databaseURL string) error {
 	h.mu.Unlock()
 
 	var bg sync.WaitGroup
-	if databaseURL != "" {
-		bg.Add(1)
-		go func() {
-			defer bg.Done()
-			h.listen(ctx, databaseURL)
-		}()
-	}
+	bg.Go(func() { h.listen(ctx) })
 	h.flushLoop(ctx)
 	bg.Wait()
 
