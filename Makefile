@@ -1,8 +1,9 @@
 # Sluice developer tasks.
 #
 #   make run     Postgres + Redis, build UI and binary, run everything on this machine
-#   make test    go vet + all Go tests against real Postgres and Redis, every fuzz target
+#   make test    lint, all Go tests against real Postgres and Redis, every fuzz target
 #                for a few seconds (scripts/fuzz.sh, FUZZTIME=2s each), then the UI's tests
+#   make lint    go mod tidy -diff, go vet, staticcheck (no services needed)
 #   make ui-test the UI's tests alone: svelte-check, vitest, JS budget, Playwright e2e
 #   make build   UI (web/dist) + bin/sluice
 #   make clean   remove build output (keeps node_modules and .data)
@@ -13,12 +14,15 @@
 SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
+# staticcheck 2026.2.2, pinned; `go run pkg@version` fetches it through the
+# module proxy on first use and builds it with this Go.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 ENV := .data/env
 UI_SOURCES := $(shell find web/src web/public -type f 2>/dev/null) web/index.html \
 	package.json vite.config.ts tsconfig.json
 
-.PHONY: all build ui run test ui-test services stop-services clean clean-data
+.PHONY: all build ui run test lint ui-test services stop-services clean clean-data
 
 all: build
 
@@ -60,10 +64,17 @@ build: ui
 run: services build
 	. ./$(ENV) && DATABASE_URL="$$APP_DATABASE_URL" exec bin/sluice dev
 
+# go.mod and go.sum must be tidy (`-diff` prints the drift and fails), and
+# go vet and staticcheck must have nothing to say.
+lint:
+	$(GO) mod tidy -diff
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
 # The Go tests need no Node; the UI's tests after them do (ensure-node.sh
 # installs it as root), and this is the only Node step in `test`.
-test: services
-	. ./$(ENV) && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+test: lint services
+	. ./$(ENV) && $(GO) test -count=1 -timeout 20m ./...
 	GO=$(GO) bash scripts/fuzz.sh
 	$(MAKE) --no-print-directory ui-test
 

@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	h.SetStatsSink(agg)
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	hubDone, aggDone := make(chan error, 1), make(chan error, 1)
-	go func() { hubDone <- h.Run(bgCtx, cfg.DatabaseURL) }()
+	go func() { hubDone <- h.Run(bgCtx) }()
 	go func() { aggDone <- agg.Run(bgCtx) }()
 	defer func() { // before st.Close: both write to Postgres one last time
 		stopBackground()

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"nhooyr.io/websocket"
 
 	"github.com/sluicehq/sluice/enforcer"
 	"github.com/sluicehq/sluice/internal/testenv"

@@ -3,9 +3,6 @@ package enforcer
 import (
 	"context"
 	"log/slog"
-	"net"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -17,78 +14,9 @@ import (
 	"github.com/sluicehq/sluice/enforcer/breaker"
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
-
-// redisServer is a private redis-server on a free loopback port, which a
-// test may kill, freeze and restart without touching the shared Redis.
-type redisServer struct {
-	t    *testing.T
-	port int
-	cmd  *exec.Cmd
-}
-
-func startRedis(t *testing.T) *redisServer {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not installed (CI=true): %v", err)
-		}
-		t.Skipf("redis-server not installed: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	r := &redisServer{t: t, port: port}
-	r.start()
-	t.Cleanup(r.kill)
-	return r
-}
-
-func (r *redisServer) url() string { return "redis://127.0.0.1:" + strconv.Itoa(r.port) + "/0" }
-
-func (r *redisServer) start() {
-	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.t.TempDir(), "--loglevel", "warning")
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatalf("start redis-server: %v", err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(r.port), 100*time.Millisecond)
-		if err == nil {
-			c.Write([]byte("PING\r\n"))
-			buf := make([]byte, 7)
-			c.SetReadDeadline(time.Now().Add(time.Second))
-			n, _ := c.Read(buf)
-			c.Close()
-			if string(buf[:n]) == "+PONG\r\n" {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	r.t.Fatalf("redis-server on port %d did not come up", r.port)
-}
-
-func (r *redisServer) kill() {
-	if r.cmd != nil && r.cmd.Process != nil {
-		r.cmd.Process.Signal(syscall.SIGCONT) // a frozen server must die too
-		r.cmd.Process.Kill()
-		r.cmd.Wait()
-		r.cmd = nil
-	}
-}
-
-func (r *redisServer) signal(s syscall.Signal) {
-	if err := r.cmd.Process.Signal(s); err != nil {
-		r.t.Fatalf("signal redis-server: %v", err)
-	}
-}
 
 const outageYAML = `domain: api
 descriptors:
@@ -176,8 +104,8 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	const workers = 16
 	for _, mode := range []string{"open", "closed", "local"} {
 		t.Run(mode, func(t *testing.T) {
-			srv := startRedis(t)
-			client, err := limiter.NewClient(srv.url())
+			srv := testenv.StartRedis(t)
+			client, err := limiter.NewClient(srv.URL())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +147,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			go func() { outage = load(eng, mode, workers, stop); close(done) }()
 			time.Sleep(100 * time.Millisecond)
 			killed := time.Now()
-			srv.kill()
+			srv.Stop()
 			var opened time.Duration
 			for brk.State() == breaker.Closed && time.Since(killed) < 5*time.Second {
 				time.Sleep(time.Millisecond)
@@ -296,7 +224,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			}
 
 			// Redis comes back: enforcement resumes by itself.
-			srv.start()
+			srv.Restart()
 			back := time.Now()
 			req := engine.Request{Domain: "api", Descriptors: []engine.Descriptor{{Entries: []rules.Entry{{Key: mode, Value: "resume"}}}}}
 			var resumed time.Duration
@@ -335,8 +263,8 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 		t.Skip("outage test runs a private redis-server")
 	}
 	const workers = 16
-	srv := startRedis(t)
-	client, err := limiter.NewClient(srv.url())
+	srv := testenv.StartRedis(t)
+	client, err := limiter.NewClient(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,12 +282,12 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	frozen := time.Now()
 	before := store.calls.Load()
-	srv.signal(syscall.SIGSTOP)
+	srv.Signal(syscall.SIGSTOP)
 	time.Sleep(time.Second)
 	reached := store.calls.Load() - before
 	close(stop)
 	<-done
-	srv.signal(syscall.SIGCONT)
+	srv.Signal(syscall.SIGCONT)
 
 	var during []sample
 	for _, s := range samples {

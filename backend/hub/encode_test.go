@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"nhooyr.io/websocket"
+	"github.com/coder/websocket"
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -31,7 +31,7 @@ func TestSnapshotEncodedOncePerVersion(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	h := New(st, nil)
 	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx, dbURL) }()
+	go func() { done <- h.Run(ctx) }()
 	// Each connection gets a node token of its own: a token is bound to one node id.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, _, err := st.CreateToken(r.Context(), "node", store.RoleNode, nil, store.Actor{Name: "t"})

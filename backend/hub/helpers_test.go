@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"nhooyr.io/websocket"
+	"github.com/coder/websocket"
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/backend/store"

@@ -39,7 +39,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"nhooyr.io/websocket"
+	"github.com/coder/websocket"
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/rules/wire"
@@ -138,11 +138,11 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 // registry).
 func (h *Hub) ID() string { return h.id }
 
-// Run keeps the registry flushed to Postgres and, when databaseURL is not
-// empty, listens for versions published by any replica and pushes them. It
-// returns when ctx ends, after closing every node connection (going away,
-// so nodes move to another replica) and writing the registry one last time.
-func (h *Hub) Run(ctx context.Context, databaseURL string) error {
+// Run keeps the registry flushed to Postgres and listens for versions
+// published by any replica and pushes them. It returns when ctx ends, after
+// closing every node connection (going away, so nodes move to another
+// replica) and writing the registry one last time.
+func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	if h.running {
 		h.mu.Unlock()
@@ -152,13 +152,7 @@ func (h *Hub) Run(ctx context.Context, databaseURL string) error {
 	h.mu.Unlock()
 
 	var bg sync.WaitGroup
-	if databaseURL != "" {
-		bg.Add(1)
-		go func() {
-			defer bg.Done()
-			h.listen(ctx, databaseURL)
-		}()
-	}
+	bg.Go(func() { h.listen(ctx) })
 	h.flushLoop(ctx)
 	bg.Wait()
 
@@ -832,6 +826,7 @@ func (h *Hub) Nodes(ctx context.Context) ([]store.Node, error) {
 	return out, nil
 }
 
+// truncate cuts s to at most n bytes without splitting a character.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

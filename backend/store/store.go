@@ -22,6 +22,7 @@ import (
 type Store struct {
 	db  *gorm.DB
 	sql *sql.DB
+	url string // for the LISTEN session, which is not a pooled connection
 }
 
 // Open connects to Postgres. It does not migrate; call Migrate.
@@ -46,7 +47,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		sqlDB.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	return &Store{db: db, sql: sqlDB}, nil
+	return &Store{db: db, sql: sqlDB, url: databaseURL}, nil
 }
 
 // Close closes the connection pool.

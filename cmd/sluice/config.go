@@ -27,13 +27,16 @@ func newFlagSet(name string, getenv func(string) string, stderr io.Writer) *flag
 }
 
 // string defines a string flag defaulting to env (or its *_FILE variant,
-// for secrets) and then to def.
+// for secrets) and then to def. A *_FILE that cannot be read is an error at
+// parse time, never an empty secret.
 func (f *flagSet) string(p *string, name, env, def, help string) {
 	if v := f.getenv(env); v != "" {
 		def = v
 	} else if path := f.getenv(env + "_FILE"); path != "" {
 		if b, err := os.ReadFile(path); err == nil {
 			def = strings.TrimSpace(string(b))
+		} else {
+			f.badEnv = append(f.badEnv, fmt.Sprintf("%s_FILE=%q cannot be read: %v", env, path, err))
 		}
 	}
 	f.StringVar(p, name, def, help+" (env "+env+")")

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -21,5 +24,37 @@ func TestUsage(t *testing.T) {
 	err := run(context.Background(), []string{"enforcer", "--print-config"}, func(k string) string { return env[k] }, &out, &errOut)
 	if err != nil || strings.Contains(out.String(), "secret") || strings.Contains(out.String(), "pw@") || !strings.Contains(out.String(), "node_token=xxxxx") {
 		t.Fatalf("print-config: %v\n%s", err, out.String())
+	}
+}
+
+// TestSecretFile: a *_FILE variant gives the flag the file's content, and a
+// file that cannot be read stops the command with an error naming the file
+// (it used to be an empty secret).
+func TestSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	env := map[string]string{"SLUICE_NODE_TOKEN_FILE": tokenFile}
+	if err := run(context.Background(), []string{"enforcer", "--print-config"}, func(k string) string { return env[k] }, &out, &errOut); err != nil {
+		t.Fatalf("readable file: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "node_token=xxxxx") {
+		t.Fatalf("readable file: the token is not set:\n%s", out.String())
+	}
+
+	out.Reset()
+	errOut.Reset()
+	missing := filepath.Join(dir, "missing")
+	env["SLUICE_NODE_TOKEN_FILE"] = missing
+	err := run(context.Background(), []string{"enforcer", "--print-config"}, func(k string) string { return env[k] }, &out, &errOut)
+	var exit exitError
+	if !errors.As(err, &exit) || exit.code != 2 {
+		t.Fatalf("unreadable file: got %v, want exit status 2", err)
+	}
+	if got := errOut.String(); !strings.Contains(got, "SLUICE_NODE_TOKEN_FILE") || !strings.Contains(got, missing) {
+		t.Fatalf("unreadable file: the error does not name the variable and the file:\n%s", got)
 	}
 }

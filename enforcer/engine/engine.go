@@ -672,8 +672,8 @@ func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Lim
 	if n := int64(l.Shards); n > 1 {
 		shard := e.shardSeq.Add(1) % uint64(n)
 		r.Key = shardKey(r.Key, shard)
-		r.Limit = ceilDiv(limit, n)
-		r.Burst = ceilDiv(burst, n)
+		r.Limit = limiter.Share(limit, n)
+		r.Burst = limiter.Share(burst, n)
 		a.shards = n
 	}
 	if !shape || l.OnLimit.Action != rules.Delay || l.OnLimit.MaxDelay <= 0 {
@@ -704,13 +704,6 @@ func shardKey(key string, shard uint64) string {
 		return key + ":#" + strconv.FormatUint(shard, 10)
 	}
 	return base + ":#" + strconv.FormatUint(shard, 10) + "}"
-}
-
-func ceilDiv(a, b int64) int64 {
-	if b <= 1 {
-		return a
-	}
-	return max((a+b-1)/b, 1)
 }
 
 // adjust translates the decisions of sharded and shaped limits back to

@@ -181,10 +181,10 @@ func TestBatcherAllOrNothing(t *testing.T) {
 
 // privateRedis starts a redis-server of the test's own, for tests that
 // disturb the whole server (script flushes, restarts).
-func privateRedis(t *testing.T) (*redisProc, *Redis, redis.UniversalClient) {
+func privateRedis(t *testing.T) (*testenv.RedisServer, *Redis, redis.UniversalClient) {
 	t.Helper()
-	p := startRedis(t)
-	c, err := NewClient("redis://"+p.addr()+"/0", WithTimeout(5*time.Second), WithDialTimeout(5*time.Second))
+	p := testenv.StartRedis(t)
+	c, err := NewClient("redis://"+p.Addr()+"/0", WithTimeout(5*time.Second), WithDialTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,8 +360,8 @@ func TestBatcherDeadRedis(t *testing.T) {
 // it is down and to succeed again by themselves, through batcher and
 // direct engine alike.
 func TestRedisRestartedMidRun(t *testing.T) {
-	p := startRedis(t)
-	c, err := NewClient("redis://" + p.addr() + "/0")
+	p := testenv.StartRedis(t)
+	c, err := NewClient("redis://" + p.Addr() + "/0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,13 +404,11 @@ func TestRedisRestartedMidRun(t *testing.T) {
 		}
 	}
 	waitFor("takes before the crash", func() bool { return okCount.Load() > 100 })
-	p.stop()
+	p.Stop()
 	errs := errCount.Load()
 	waitFor("errors while down", func() bool { return errCount.Load() > errs+100 })
 	down := time.Now()
-	if err := p.start(); err != nil { // same port, empty script cache
-		t.Fatal(err)
-	}
+	p.Restart() // same port, empty script cache
 	back := time.Now()
 	oks := okCount.Load()
 	waitFor("takes after the restart", func() bool { return okCount.Load() > oks+100 })

@@ -418,3 +418,14 @@ func specOf(req Request) (spec, error) {
 	}
 	return s, nil
 }
+
+// Share is one of n equal parts of a limit or a burst a: ⌈a/n⌉, rounded up
+// so that the parts never add up to less than a, and at least 1 for a
+// positive a. A non-positive a, or n below 2, leaves a as it is. The shards
+// of a rule and the nodes sharing the local fallback both split this way.
+func Share(a, n int64) int64 {
+	if a <= 0 || n <= 1 {
+		return a
+	}
+	return (a + n - 1) / n
+}

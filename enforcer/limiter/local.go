@@ -123,8 +123,8 @@ func (l *Local) Take(_ context.Context, reqs []Request) ([]Decision, error) {
 	if n := l.nodes.Load(); n > 1 {
 		scaled := make([]Request, len(reqs))
 		for i, r := range reqs {
-			r.Limit = ceilDiv(r.Limit, n)
-			r.Burst = ceilDiv(r.Burst, n)
+			r.Limit = Share(r.Limit, n)
+			r.Burst = Share(r.Burst, n)
 			scaled[i] = r
 		}
 		reqs = scaled
@@ -327,13 +327,6 @@ func (l *Local) evict(now int64) {
 	if !dropped && victim != "" {
 		delete(l.states, victim)
 	}
-}
-
-func ceilDiv(a, n int64) int64 {
-	if a <= 0 {
-		return a
-	}
-	return (a + n - 1) / n
 }
 
 func clampF(x, lo, hi float64) float64 {

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/gin-gonic/gin"
 	"github.com/google/go-cmp/cmp"
-	"nhooyr.io/websocket"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/limiter"
@@ -243,7 +243,7 @@ func TestNodeFollowsTheConsole(t *testing.T) {
 	acked := make(chan int64, 1)
 	console := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer tok" {
-			http.Error(w, "no", 401)
+			http.Error(w, "no", http.StatusUnauthorized)
 			return
 		}
 		ws, err := websocket.Accept(w, r, nil)

@@ -36,7 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"nhooyr.io/websocket"
+	"github.com/coder/websocket"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/rules"

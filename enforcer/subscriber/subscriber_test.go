@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"nhooyr.io/websocket"
+	"github.com/coder/websocket"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/subscriber"

@@ -127,10 +127,10 @@ func (h *Hello) Validate() error {
 	}
 	for k, v := range h.Labels {
 		if k == "" || len(k) > MaxLabelBytes || len(v) > MaxLabelBytes {
-			return fmt.Errorf("hello: label %q: keys must be 1-%d bytes, values at most %d", CleanText(truncate(k, 40)), MaxLabelBytes, MaxLabelBytes)
+			return fmt.Errorf("hello: label %q: keys must be 1-%d bytes, values at most %d", CleanText(abbrev(k, 40)), MaxLabelBytes, MaxLabelBytes)
 		}
 		if !isText(k) || !isText(v) {
-			return fmt.Errorf("hello: label %q: keys and values must be valid UTF-8 without NUL", CleanText(truncate(k, 40)))
+			return fmt.Errorf("hello: label %q: keys and values must be valid UTF-8 without NUL", CleanText(abbrev(k, 40)))
 		}
 	}
 	return nil
@@ -270,7 +270,7 @@ func Decode(data []byte) (any, error) {
 	case TypeStats:
 		msg = &Stats{}
 	default:
-		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, truncate(typ, 40))
+		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, abbrev(typ, 40))
 	}
 	if err := json.Unmarshal(data, msg); err != nil {
 		return nil, fmt.Errorf("decode %s message: %w", typ, err)
@@ -310,7 +310,9 @@ func messageType(data []byte) (string, error) {
 	return "", nil
 }
 
-func truncate(s string, n int) string {
+// abbrev shortens s, quoted in an error message, to its first n bytes and
+// an ellipsis; a character cut in two is left to %q or CleanText to show.
+func abbrev(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -70,15 +70,15 @@ type grpcLoad struct {
 	maxLen int      // the longest of bodies
 }
 
-// benchGRPC loads ShouldRateLimit over cfg.connections connections, the
+// runGRPC loads ShouldRateLimit over cfg.Connections connections, the
 // callers spread evenly over them.
-func benchGRPC(cfg benchConfig, w *window) error {
-	l := &grpcLoad{w: w, target: cfg.target}
-	for _, v := range benchValues(cfg.keys) {
+func runGRPC(cfg Config, w *window) error {
+	l := &grpcLoad{w: w, target: cfg.Target}
+	for _, v := range descriptorValues(cfg.Keys) {
 		msg, err := proto.Marshal(&rlsv3.RateLimitRequest{
-			Domain:      cfg.domain,
-			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: cfg.key, Value: v}}}},
-			HitsAddend:  uint32(cfg.hits),
+			Domain:      cfg.Domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: cfg.Key, Value: v}}}},
+			HitsAddend:  uint32(cfg.Hits),
 		})
 		if err != nil {
 			return fmt.Errorf("bench: encode request: %w", err)
@@ -102,7 +102,7 @@ func benchGRPC(cfg benchConfig, w *window) error {
 		{":method", "POST"},
 		{":scheme", "http"},
 		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
-		{":authority", cfg.target},
+		{":authority", cfg.Target},
 		{"content-type", "application/grpc"},
 		{"te", "trailers"},
 		{"user-agent", "sluice-bench"},
@@ -111,12 +111,12 @@ func benchGRPC(cfg benchConfig, w *window) error {
 	}
 	l.header = hb.Bytes()
 
-	conns := min(cfg.connections, cfg.concurrency)
+	conns := min(cfg.Connections, cfg.Concurrency)
 	seed := uint64(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	for i := range conns {
-		callers := cfg.concurrency / conns
-		if i < cfg.concurrency%conns {
+		callers := cfg.Concurrency / conns
+		if i < cfg.Concurrency%conns {
 			callers++
 		}
 		wg.Go(func() { l.run(callers, rand.New(rand.NewPCG(uint64(i), seed))) })
@@ -147,7 +147,7 @@ func (l *grpcLoad) run(callers int, rng *rand.Rand) {
 				l.w.add(&lat, now, now, false, err)
 			}
 		}
-		sleepUntil(l.w.ctx, now.Add(benchRedialPause))
+		sleepUntil(l.w.ctx, now.Add(redialPause))
 	}
 }
 
@@ -194,7 +194,7 @@ type grpcStream struct {
 // c.streams.
 func (c *grpcConn) serve() error {
 	w := c.load.w
-	d := net.Dialer{Timeout: benchDialTimeout}
+	d := net.Dialer{Timeout: dialTimeout}
 	nc, err := d.DialContext(w.ctx, "tcp", c.load.target)
 	if err != nil {
 		return err
@@ -318,12 +318,12 @@ func (c *grpcConn) start() error {
 }
 
 // readFrame reads the next frame. When that may block it first flushes the
-// buffered writes and sets the deadline: benchCallTimeout without a frame
+// buffered writes and sets the deadline: callTimeout without a frame
 // fails the connection, and the end of the window ends the run (a check
 // then in flight would not be counted anyway).
 func (c *grpcConn) readFrame() (http2.Frame, error) {
 	if !c.frameBuffered() {
-		c.nc.SetDeadline(earlier(time.Now().Add(benchCallTimeout), c.load.w.end))
+		c.nc.SetDeadline(earlier(time.Now().Add(callTimeout), c.load.w.end))
 		if err := c.bw.Flush(); err != nil {
 			return nil, err
 		}
@@ -472,7 +472,7 @@ func (c *grpcConn) finish(s *grpcStream, allowed bool, err error) {
 	c.load.w.add(c.lat, s.t0, now, allowed, err)
 	delete(c.streams, s.id)
 	if err != nil {
-		c.paused = append(c.paused, now.Add(benchErrorPause))
+		c.paused = append(c.paused, now.Add(errorPause))
 	} else {
 		c.idle++
 	}

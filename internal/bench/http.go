@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -18,31 +18,31 @@ import (
 	"time"
 )
 
-// benchHTTP loads POST /json over HTTP/1.1: each caller owns one keep-alive
+// runHTTP loads POST /json over HTTP/1.1: each caller owns one keep-alive
 // connection and keeps one check in flight on it. The request bytes of
 // every key are built once, so a check costs one write, one buffered read
 // of the response (of which readResponse parses only the framing) and
 // little else. 200 is OK, 429 OVER_LIMIT, anything
 // else an error; a connection the server closed, or one that failed, is
 // redialled.
-func benchHTTP(cfg benchConfig, w *window) error {
-	u, err := url.Parse(cfg.target)
+func runHTTP(cfg Config, w *window) error {
+	u, err := url.Parse(cfg.Target)
 	if err != nil {
-		return fmt.Errorf("bench: --target %q: %w", cfg.target, err)
+		return fmt.Errorf("bench: --target %q: %w", cfg.Target, err)
 	}
 	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
 	}
 	path := strings.TrimSuffix(u.EscapedPath(), "/") + "/json"
-	reqs := make([][]byte, cfg.keys)
-	for i, v := range benchValues(cfg.keys) {
+	reqs := make([][]byte, cfg.Keys)
+	for i, v := range descriptorValues(cfg.Keys) {
 		body := fmt.Appendf(nil, `{"domain":%q,"descriptors":[{"entries":[{"key":%q,"value":%q}]}],"hitsAddend":%d}`,
-			cfg.domain, cfg.key, v, cfg.hits)
+			cfg.Domain, cfg.Key, v, cfg.Hits)
 		reqs[i] = fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sluice-bench\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
 			path, u.Host, len(body), body)
 	}
-	dialer := &net.Dialer{Timeout: benchDialTimeout}
+	dialer := &net.Dialer{Timeout: dialTimeout}
 	dial := dialer.DialContext
 	if u.Scheme == "https" {
 		dial = (&tls.Dialer{NetDialer: dialer, Config: &tls.Config{ServerName: u.Hostname()}}).DialContext
@@ -50,7 +50,7 @@ func benchHTTP(cfg benchConfig, w *window) error {
 
 	seed := uint64(time.Now().UnixNano())
 	var wg sync.WaitGroup
-	for c := range cfg.concurrency {
+	for c := range cfg.Concurrency {
 		wg.Go(func() {
 			hc := httpCaller{w: w, reqs: reqs, dial: func() (net.Conn, error) { return dial(w.ctx, "tcp", addr) }}
 			hc.run(rand.New(rand.NewPCG(uint64(c), seed)))
@@ -60,7 +60,7 @@ func benchHTTP(cfg benchConfig, w *window) error {
 	return nil
 }
 
-// httpCaller is one caller of benchHTTP and its connection.
+// httpCaller is one caller of runHTTP and its connection.
 type httpCaller struct {
 	w    *window
 	reqs [][]byte
@@ -85,7 +85,7 @@ func (hc *httpCaller) run(rng *rand.Rand) {
 		if hc.conn == nil {
 			if err := hc.connect(); err != nil {
 				hc.w.add(&lat, t0, time.Now(), false, err)
-				sleepUntil(hc.w.ctx, time.Now().Add(benchRedialPause))
+				sleepUntil(hc.w.ctx, time.Now().Add(redialPause))
 				continue
 			}
 			t0 = time.Now()
@@ -93,7 +93,7 @@ func (hc *httpCaller) run(rng *rand.Rand) {
 		allowed, err := hc.check(t0, hc.reqs[pickKey(rng, len(hc.reqs))])
 		hc.w.add(&lat, t0, time.Now(), allowed, err)
 		if err != nil {
-			sleepUntil(hc.w.ctx, time.Now().Add(benchErrorPause))
+			sleepUntil(hc.w.ctx, time.Now().Add(errorPause))
 		}
 	}
 }
@@ -127,7 +127,7 @@ func (hc *httpCaller) hangUp() {
 func (hc *httpCaller) check(t0 time.Time, req []byte) (allowed bool, err error) {
 	// The deadline also ends a check still in flight at the end of the
 	// window: it would not be counted anyway.
-	hc.conn.SetDeadline(earlier(t0.Add(benchCallTimeout), hc.w.end))
+	hc.conn.SetDeadline(earlier(t0.Add(callTimeout), hc.w.end))
 	_, err = hc.conn.Write(req)
 	var code int
 	var closing bool
