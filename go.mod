@@ -3,7 +3,6 @@ module github.com/sluicehq/sluice
 go 1.26.8
 
 require (
-	github.com/coder/websocket v1.8.15
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/google/go-cmp v0.7.0
@@ -19,6 +18,7 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
+	nhooyr.io/websocket v1.8.17
 )
 
 require (

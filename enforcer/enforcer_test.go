@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+
 package enforcer_test
 
 import (
@@ -14,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"nhooyr.io/websocket"
 
 	"github.com/sluicehq/sluice/enforcer"
 	"github.com/sluicehq/sluice/internal/testenv"

@@ -23,6 +23,8 @@
 // library.
 package hub
 
+//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+
 import (
 	"cmp"
 	"context"
@@ -39,7 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
+	"nhooyr.io/websocket"
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/rules/wire"

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+
 package hub
 
 import (
@@ -5,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/coder/websocket"
+	"nhooyr.io/websocket"
 )
 
 // Feed is the source of one browser's live stream (a

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -20,8 +21,8 @@ import (
 // timeout at 16–64 callers.
 func TestBatcherFrozenRedisWaitsOneTimeout(t *testing.T) {
 	const timeout = 50 * time.Millisecond
-	srv := startRedis(t)
-	c, err := NewClient("redis://"+srv.addr()+"/0", WithTimeout(timeout), WithDialTimeout(timeout))
+	srv := testenv.StartRedis(t)
+	c, err := NewClient(srv.URL(), WithTimeout(timeout), WithDialTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,8 +33,8 @@ func TestBatcherFrozenRedisWaitsOneTimeout(t *testing.T) {
 	}
 	for _, callers := range []int{16, 64} {
 		t.Run(strconv.Itoa(callers)+" callers", func(t *testing.T) {
-			srv.cmd.Process.Signal(syscall.SIGSTOP)
-			defer srv.cmd.Process.Signal(syscall.SIGCONT)
+			srv.Signal(syscall.SIGSTOP)
+			defer srv.Signal(syscall.SIGCONT)
 			var (
 				mu    sync.Mutex
 				waits []time.Duration

@@ -20,6 +20,8 @@
 // It is the only package of the node that imports the websocket library.
 package subscriber
 
+//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+
 import (
 	"bytes"
 	"context"
@@ -36,7 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
+	"nhooyr.io/websocket"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/rules"
