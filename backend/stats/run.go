@@ -116,13 +116,7 @@ func (a *Aggregator) loadRecent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	seenAt := a.now().Unix()
-	for _, f := range frames {
-		a.seen[f.ID] = seenAt
-		a.applyFrameLocked(f)
-	}
+	a.takeFrames(frames)
 	return nil
 }
 
@@ -148,21 +142,27 @@ func (a *Aggregator) exchange(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.takeFrames(frames)
+	return nil
+}
+
+// takeFrames adds to the series the frames not read yet and remembers
+// them by when they were read, not by the second they count: a frame
+// written late counts an old second but is listed while new. Ids too old
+// to be listed again are forgotten.
+func (a *Aggregator) takeFrames(frames []store.Frame) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	seenAt := a.now().Unix()
+	now := a.now()
 	for _, f := range frames {
 		if _, ok := a.seen[f.ID]; ok {
 			continue
 		}
-		a.seen[f.ID] = seenAt
+		a.seen[f.ID] = now.Unix()
 		a.applyFrameLocked(f)
 	}
-	// Forget ids too old to be listed again (by when they were read: a
-	// frame written late counts an old second but is listed while new).
-	oldest := a.now().Add(-seenKeep).Unix()
+	oldest := now.Add(-seenKeep).Unix()
 	maps.DeleteFunc(a.seen, func(_ int64, t int64) bool { return t < oldest })
-	return nil
 }
 
 // flush writes the closed seconds' frames and the closed minutes' rollups
