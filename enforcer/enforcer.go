@@ -3,13 +3,14 @@
 // HTTP (POST /json, POST /v1/check) and gRPC (Envoy RLS v3), and, in
 // gateway mode, rate-limits the traffic it proxies to an upstream.
 //
-// Run wires the parts together; they live in sub-packages: engine (the
-// decision core), breaker (the circuit breaker around Redis), checkserver
-// (the HTTP and gRPC servers), gateway (the rate-limiting reverse proxy),
-// middleware (the same for Go apps, in process), subscriber (the console
-// subscription and the on-disk last-known-good snapshot), headers
-// (rate-limit response headers and problem bodies), metrics (Prometheus)
-// and limiter (the Redis counters).
+// Run wires the parts together; they live in sub-packages: node (the core
+// that Run and middleware both build: Redis client, engine, subscription,
+// metrics), engine (the decision core), breaker (the circuit breaker around
+// Redis), checkserver (the HTTP and gRPC servers), gateway (the
+// rate-limiting reverse proxy), middleware (the same for Go apps, in
+// process), subscriber (the console subscription and the on-disk
+// last-known-good snapshot), headers (rate-limit response headers and
+// problem bodies), metrics (Prometheus) and limiter (the Redis counters).
 package enforcer
 
 import (
@@ -22,7 +23,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,13 +30,10 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
-	"github.com/sluicehq/sluice/enforcer/breaker"
 	"github.com/sluicehq/sluice/enforcer/checkserver"
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/gateway"
-	"github.com/sluicehq/sluice/enforcer/limiter"
-	"github.com/sluicehq/sluice/enforcer/metrics"
-	"github.com/sluicehq/sluice/enforcer/subscriber"
+	"github.com/sluicehq/sluice/enforcer/node"
 )
 
 // Defaults used by Run for empty Config fields.
@@ -93,10 +90,6 @@ type Config struct {
 	// GatewayTrustedProxies are the proxies in front of the gateway whose
 	// X-Forwarded-For is believed (CIDR prefixes).
 	GatewayTrustedProxies []netip.Prefix
-
-	// Listening, if set, is called with every bound address (gateway
-	// included) before anything is served.
-	Listening func(Addrs)
 }
 
 // Addrs are the addresses a node listens on; Gateway is nil without
@@ -105,269 +98,260 @@ type Addrs struct {
 	HTTP, GRPC, Gateway net.Addr
 }
 
-// newEngine returns the engine a node runs: store behind a circuit breaker,
-// so an outage costs checks no waiting and the limits' failure modes
-// answer. Each call is bounded by the store client's own timeouts (dial,
-// pool wait, write and read, StoreTimeout each) rather than one deadline
-// over all of them: a burst that queues for a pooled connection is not an
-// outage, and a hung Redis opens the breaker within two timeouts.
-//
-// Failure_mode: local limits are counted by a limiter.Local meanwhile; the
-// subscriber's SetNodeCount (the snapshot's node_count) gives it this
-// node's share.
-func newEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
-	brk := breaker.New(breaker.Config{
-		Hard: engine.StoreDown,
-		OnChange: func(from, to breaker.State) {
-			// One line when an outage starts and one when it ends; the
-			// half-open probes in between are not worth a line each.
-			switch {
-			case from == breaker.Closed:
-				log.Warn("counter store unreachable: circuit breaker open, failure modes answer")
-			case to == breaker.Closed:
-				log.Warn("counter store reachable again: circuit breaker closed")
-			}
-		},
-	})
-	return engine.New(store, prefix, engine.WithBreaker(brk), engine.WithLocal(limiter.NewLocal(limiter.LocalOptions{})))
-}
-
 // Run starts the node and serves until ctx is done, then shuts down
 // gracefully: /readyz turns 503, HTTP, gRPC and the gateway stop accepting
 // and finish the requests in flight (bounded by ShutdownTimeout), the
 // console websocket is closed with a close frame, and Redis is
 // disconnected.
 //
-// The HTTP and gRPC listeners are bound before anything is served; ready, if
-// not nil, is then called with their addresses (useful with ":0"). The saved
-// snapshot in StateDir, if any, is applied before the listeners are bound.
-// Run returns nil after a shutdown caused by ctx, or the error that stopped
-// the node.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(http, grpc net.Addr)) error {
+// The listeners are bound before anything is served; ready, if not nil, is
+// then called with their addresses (useful with ":0"). The saved snapshot
+// in StateDir, if any, is applied before the listeners are bound. Run
+// returns nil after a shutdown caused by ctx, or the error that stopped the
+// node.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.ConsoleURL == "" {
-		return errors.New("enforcer: console url is required")
+	upstream, err := cfg.check()
+	if err != nil {
+		return fmt.Errorf("enforcer: %w", err)
 	}
-	if cfg.RedisURL == "" {
-		return errors.New("enforcer: redis url is required")
+	srv, err := build(ctx, cfg, upstream, log)
+	if err != nil {
+		return fmt.Errorf("enforcer: %w", err)
 	}
-	if cfg.NodeID == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("enforcer: node id not set and no hostname: %w", err)
-		}
-		cfg.NodeID = host
+	defer srv.node.Close()
+	lns, err := listen(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("enforcer: %w", err)
 	}
+	defer lns.close()
+
+	addrs := lns.addrs()
+	log.InfoContext(ctx, "enforcer listening",
+		"node_id", srv.node.ID(), "http_addr", addrs.HTTP.String(), "grpc_addr", addrs.GRPC.String())
+	if addrs.Gateway != nil {
+		log.InfoContext(ctx, "gateway listening",
+			"gateway_addr", addrs.Gateway.String(), "upstream", upstream.Redacted(), "domain", cfg.GatewayDomain)
+	}
+	if ready != nil {
+		ready(addrs)
+	}
+	err = srv.serve(ctx, lns)
+	log.InfoContext(context.WithoutCancel(ctx), "enforcer stopped", "node_id", srv.node.ID())
+	return err
+}
+
+// check fills cfg's defaults and validates what node.New does not: the
+// listen addresses and gateway mode, whose upstream it returns (nil
+// without gateway mode).
+func (cfg *Config) check() (*url.URL, error) {
 	cfg.HTTPAddr = cmp.Or(cfg.HTTPAddr, DefaultHTTPAddr)
 	cfg.GRPCAddr = cmp.Or(cfg.GRPCAddr, DefaultGRPCAddr)
-	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, DefaultKeyPrefix)
-
-	var upstream *url.URL
-	if cfg.GatewayAddr != "" {
-		u, err := url.Parse(cfg.GatewayUpstream)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			// The URL is not echoed: it may carry credentials.
-			return errors.New("enforcer: gateway upstream must be an http:// or https:// URL with a host")
-		}
-		if cfg.GatewayDomain == "" {
-			return errors.New("enforcer: gateway domain is required in gateway mode")
-		}
-		upstream = u
+	if cfg.GatewayAddr == "" {
+		return nil, nil
 	}
-
-	if cfg.StoreTimeout <= 0 {
-		cfg.StoreTimeout = limiter.DefaultTimeout
+	u, err := url.Parse(cfg.GatewayUpstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// The URL is not echoed: it may carry credentials.
+		return nil, errors.New("gateway upstream must be an http:// or https:// URL with a host")
 	}
-	client, err := limiter.NewClient(cfg.RedisURL, limiter.WithTimeout(cfg.StoreTimeout), limiter.WithDialTimeout(cfg.StoreTimeout))
-	if err != nil {
-		return fmt.Errorf("enforcer: %w", err)
+	if cfg.GatewayDomain == "" {
+		return nil, errors.New("gateway domain is required in gateway mode")
 	}
-	defer client.Close()
-	// The Batcher pipelines and coalesces the node's concurrent Takes and
-	// answers limits known to be over from its cache.
-	// Its Timeout bounds a check's whole wait, queueing included.
-	eng := newEngine(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{Timeout: cfg.StoreTimeout}), cfg.KeyPrefix, log)
+	return u, nil
+}
 
+// server is a built node and its servers, not yet serving.
+type server struct {
+	node    *node.Node
+	checks  *checkserver.Server
+	http    *http.Server
+	grpc    *grpc.Server
+	gateway *http.Server // nil without gateway mode
+}
+
+// build builds the node (node.New: Redis, Batcher, engine, breaker,
+// subscriber, metrics) and the servers in front of it: HTTP and gRPC
+// checks, and the gateway when upstream is set.
+func build(ctx context.Context, cfg Config, upstream *url.URL, log *slog.Logger) (*server, error) {
 	reg := prometheus.NewRegistry()
-	sub, err := subscriber.New(subscriber.Config{
-		ConsoleURL: cfg.ConsoleURL,
-		NodeToken:  cfg.NodeToken,
-		NodeID:     cfg.NodeID,
-		Labels:     cfg.Labels,
-		Build:      cfg.Build,
-		StateDir:   cfg.StateDir,
-		// Per-rule counts and top limited values for the console.
-		StatsSource: eng.TakeStats,
-	}, eng, log)
-	if err != nil {
-		return fmt.Errorf("enforcer: %w", err)
-	}
-	switch v, err := sub.LoadState(); {
-	case err == nil:
-		log.InfoContext(ctx, "applied saved ruleset", "version", v, "state_dir", cfg.StateDir)
-	case errors.Is(err, subscriber.ErrNoState):
-	default:
-		// A bad state file must not keep the node down: the console will
-		// send the current ruleset as soon as it is reachable.
-		log.WarnContext(ctx, "ignoring saved ruleset", "state_dir", cfg.StateDir, "error", err)
-	}
-
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_enforcer_console_connected",
-			Help: "1 while the console subscription is up.",
-		}, func() float64 {
-			if sub.Connected() {
-				return 1
-			}
-			return 0
-		}),
 	)
-	m, err := metrics.New(reg, metrics.Options{Engine: eng, LastContact: sub.LastContact})
+	n, err := node.New(node.Config{
+		ConsoleURL:   cfg.ConsoleURL,
+		NodeToken:    cfg.NodeToken,
+		NodeID:       cfg.NodeID,
+		RedisURL:     cfg.RedisURL,
+		StateDir:     cfg.StateDir,
+		KeyPrefix:    cfg.KeyPrefix,
+		StoreTimeout: cfg.StoreTimeout,
+		Labels:       cfg.Labels,
+		Build:        cfg.Build,
+		Registry:     reg,
+	}, log)
 	if err != nil {
-		return fmt.Errorf("enforcer: metrics: %w", err)
+		return nil, err
 	}
-	checks, err := checkserver.New(eng, checkserver.Options{
+	s := &server{node: n}
+	if s.checks, err = checkserver.New(n.Engine, checkserver.Options{
 		Registry: reg,
-		Metrics:  m,
-		Ping:     func(ctx context.Context) error { return limiter.Ping(ctx, client) },
+		Metrics:  n.Metrics,
+		Ping:     n.Ping,
 		Log:      log,
-	})
-	if err != nil {
-		return fmt.Errorf("enforcer: %w", err)
+	}); err != nil {
+		n.Close()
+		return nil, err
 	}
-	var gw *gateway.Gateway
-	if upstream != nil {
-		gw, err = gateway.New(eng, gateway.Config{
-			Upstream:       upstream,
-			Domain:         cfg.GatewayDomain,
-			TrustedProxies: cfg.GatewayTrustedProxies,
-			Metrics:        m,
-			Log:            log,
-		})
-		if err != nil {
-			return fmt.Errorf("enforcer: %w", err)
-		}
-	}
-
-	var lc net.ListenConfig
-	httpLn, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("enforcer: listen http: %w", err)
-	}
-	defer httpLn.Close()
-	grpcLn, err := lc.Listen(ctx, "tcp", cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("enforcer: listen grpc: %w", err)
-	}
-	defer grpcLn.Close()
-	var gwLn net.Listener
-	if gw != nil {
-		if gwLn, err = lc.Listen(ctx, "tcp", cfg.GatewayAddr); err != nil {
-			return fmt.Errorf("enforcer: listen gateway: %w", err)
-		}
-		defer gwLn.Close()
-	}
-
-	httpSrv := &http.Server{
-		Handler:           checks.Handler(),
+	// Requests outlive a cancelled ctx: shutdown finishes them.
+	base := func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
+	s.http = &http.Server{
+		Handler:           s.checks.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		BaseContext:       base,
 	}
 	// Stream workers: a check runs on a long-lived goroutine whose stack has
 	// grown already, instead of a new one that grows its stack through the
 	// check's deep call path on every RPC (copying it each time).
-	grpcSrv := grpc.NewServer(grpc.MaxRecvMsgSize(checkserver.MaxBodyBytes), grpc.NumStreamWorkers(grpcStreamWorkers))
-	checks.RegisterGRPC(grpcSrv)
-	var gwSrv *http.Server
-	if gw != nil {
-		// No read or write timeout: bodies stream both ways and delay limits
-		// hold requests. Header reads and idle connections are bounded.
-		gwSrv = &http.Server{
-			Handler:           gw,
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-			BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(checkserver.MaxBodyBytes), grpc.NumStreamWorkers(grpcStreamWorkers))
+	s.checks.RegisterGRPC(s.grpc)
+	if upstream == nil {
+		return s, nil
+	}
+	gw, err := gateway.New(n.Engine, gateway.Config{
+		Upstream:       upstream,
+		Domain:         cfg.GatewayDomain,
+		TrustedProxies: cfg.GatewayTrustedProxies,
+		Metrics:        n.Metrics,
+		Log:            log,
+	})
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
+	// No read or write timeout: bodies stream both ways and delay limits
+	// hold requests. Header reads and idle connections are bounded.
+	s.gateway = &http.Server{
+		Handler:           gw,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       base,
+	}
+	return s, nil
+}
+
+// listeners are a node's bound listeners; gateway is nil without gateway
+// mode.
+type listeners struct {
+	http, grpc, gateway net.Listener
+}
+
+// listen binds the HTTP, gRPC and (with GatewayAddr) gateway addresses.
+func listen(ctx context.Context, cfg Config) (*listeners, error) {
+	var lc net.ListenConfig
+	lns := &listeners{}
+	var err error
+	if lns.http, err = lc.Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen http: %w", err)
+	}
+	if lns.grpc, err = lc.Listen(ctx, "tcp", cfg.GRPCAddr); err != nil {
+		lns.close()
+		return nil, fmt.Errorf("listen grpc: %w", err)
+	}
+	if cfg.GatewayAddr != "" {
+		if lns.gateway, err = lc.Listen(ctx, "tcp", cfg.GatewayAddr); err != nil {
+			lns.close()
+			return nil, fmt.Errorf("listen gateway: %w", err)
 		}
 	}
+	return lns, nil
+}
 
-	log.InfoContext(ctx, "enforcer listening",
-		"node_id", cfg.NodeID, "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String())
-	addrs := Addrs{HTTP: httpLn.Addr(), GRPC: grpcLn.Addr()}
-	if gwLn != nil {
-		addrs.Gateway = gwLn.Addr()
-		log.InfoContext(ctx, "gateway listening",
-			"gateway_addr", gwLn.Addr().String(), "upstream", upstream.Redacted(), "domain", cfg.GatewayDomain)
+func (l *listeners) addrs() Addrs {
+	a := Addrs{HTTP: l.http.Addr(), GRPC: l.grpc.Addr()}
+	if l.gateway != nil {
+		a.Gateway = l.gateway.Addr()
 	}
-	if ready != nil {
-		ready(httpLn.Addr(), grpcLn.Addr())
-	}
-	if cfg.Listening != nil {
-		cfg.Listening(addrs)
-	}
+	return a
+}
 
+func (l *listeners) close() {
+	for _, ln := range []net.Listener{l.http, l.grpc, l.gateway} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// serve serves on lns and runs the console subscription until ctx is done
+// or one of them fails, then shuts down.
+func (s *server) serve(ctx context.Context, lns *listeners) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := httpSrv.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.http.Serve(lns.http); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
 		}
 		return nil
 	})
 	g.Go(func() error {
-		if err := grpcSrv.Serve(grpcLn); err != nil {
+		if err := s.grpc.Serve(lns.grpc); err != nil {
 			return fmt.Errorf("serve grpc: %w", err)
 		}
 		return nil
 	})
-	if gwSrv != nil {
+	if s.gateway != nil {
 		g.Go(func() error {
-			if err := gwSrv.Serve(gwLn); !errors.Is(err, http.ErrServerClosed) {
+			if err := s.gateway.Serve(lns.gateway); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("serve gateway: %w", err)
 			}
 			return nil
 		})
 	}
-	g.Go(func() error { return sub.Run(gctx) })
+	g.Go(func() error { return s.node.Run(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
-		checks.Drain()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
-		defer cancel()
-
-		stopped := make(chan struct{})
-		go func() {
-			grpcSrv.GracefulStop()
-			close(stopped)
-		}()
-		if gwSrv != nil {
-			if err := gwSrv.Shutdown(sctx); err != nil {
-				gwSrv.Close()
-			}
-		}
-		err := httpSrv.Shutdown(sctx)
-		if err != nil {
-			httpSrv.Close()
-		}
-		select {
-		case <-stopped:
-		case <-sctx.Done():
-			grpcSrv.Stop()
-			<-stopped
-		}
-		if err != nil {
-			return fmt.Errorf("shutdown http: %w", err)
-		}
-		return nil
+		return s.shutdown(context.WithoutCancel(ctx))
 	})
-	err = g.Wait()
-	log.InfoContext(context.WithoutCancel(ctx), "enforcer stopped", "node_id", cfg.NodeID)
-	return err
+	return g.Wait()
+}
+
+// shutdown turns /readyz 503 and stops the servers: they stop accepting
+// and finish the requests in flight, for at most ShutdownTimeout; then
+// what is left is cut.
+func (s *server) shutdown(ctx context.Context) error {
+	s.checks.Drain()
+	sctx, cancel := context.WithTimeout(ctx, ShutdownTimeout)
+	defer cancel()
+
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	if s.gateway != nil {
+		if err := s.gateway.Shutdown(sctx); err != nil {
+			s.gateway.Close()
+		}
+	}
+	err := s.http.Shutdown(sctx)
+	if err != nil {
+		s.http.Close()
+	}
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		s.grpc.Stop()
+		<-stopped
+	}
+	if err != nil {
+		return fmt.Errorf("shutdown http: %w", err)
+	}
+	return nil
 }

@@ -85,6 +85,7 @@ func fakeConsole(t *testing.T, token string, snap wire.Snapshot) (url string, he
 type running struct {
 	httpURL  string
 	grpcAddr string
+	gateway  net.Addr // nil without gateway mode
 	cancel   context.CancelFunc
 	done     chan error
 	once     sync.Once
@@ -93,16 +94,16 @@ type running struct {
 func start(t *testing.T, cfg enforcer.Config) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan [2]net.Addr, 1)
+	addrs := make(chan enforcer.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- enforcer.Run(ctx, cfg, nil, func(h, g net.Addr) { addrs <- [2]net.Addr{h, g} })
+		done <- enforcer.Run(ctx, cfg, nil, func(a enforcer.Addrs) { addrs <- a })
 	}()
 	r := &running{cancel: cancel, done: done}
 	t.Cleanup(func() { r.stop(t) })
 	select {
 	case a := <-addrs:
-		r.httpURL, r.grpcAddr = "http://"+a[0].String(), a[1].String()
+		r.httpURL, r.grpcAddr, r.gateway = "http://"+a.HTTP.String(), a.GRPC.String(), a.Gateway
 	case err := <-done:
 		t.Fatalf("Run returned before ready: %v", err)
 	case <-time.After(10 * time.Second):
@@ -306,7 +307,6 @@ descriptors:
 	}))
 	t.Cleanup(upstream.Close)
 
-	gwAddr := make(chan net.Addr, 1)
 	node := start(t, enforcer.Config{
 		ConsoleURL:      consoleURL,
 		NodeToken:       "tok",
@@ -318,9 +318,8 @@ descriptors:
 		GatewayAddr:     "127.0.0.1:0",
 		GatewayUpstream: upstream.URL,
 		GatewayDomain:   "web",
-		Listening:       func(a enforcer.Addrs) { gwAddr <- a.Gateway },
 	})
-	gw := "http://" + (<-gwAddr).String()
+	gw := "http://" + node.gateway.String()
 	select {
 	case <-answers:
 	case <-time.After(10 * time.Second):

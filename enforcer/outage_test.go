@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/breaker"
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/enforcer/node"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -110,7 +111,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { client.Close() })
-			eng := newEngine(limiter.NewRedis(client), "sluicetest:outage:", discard)
+			eng := node.NewEngine(limiter.NewRedis(client), "sluicetest:outage:", discard)
 			d, err := rules.Parse("api.yaml", []byte(outageYAML))
 			if err != nil {
 				t.Fatal(err)
@@ -270,7 +271,7 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 	}
 	t.Cleanup(func() { client.Close() })
 	store := &countingStore{Store: limiter.NewRedis(client)}
-	eng := newEngine(store, "sluicetest:frozen:", discard)
+	eng := node.NewEngine(store, "sluicetest:frozen:", discard)
 	d, _ := rules.Parse("api.yaml", []byte(outageYAML))
 	set, _ := rules.Compile([]*rules.Domain{d})
 	eng.Apply(1, set)

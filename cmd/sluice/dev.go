@@ -130,9 +130,9 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 		node.ConsoleURL, node.NodeToken, node.NodeID = consoleURL, token, "dev-1"
 		node.StateDir = filepath.Join(node.StateDir, "enforcer")
 		node.Build = buildVersion()
-		return enforcer.Run(ctx, node, log.With("component", "enforcer"), func(httpAddr, grpcAddr net.Addr) {
-			devBanner(stdout, consoleURL, console.AdminPassword, listenAddr(httpAddr), listenAddr(grpcAddr), demo)
-			enforcerAddr <- httpAddr
+		return enforcer.Run(ctx, node, log.With("component", "enforcer"), func(a enforcer.Addrs) {
+			devBanner(stdout, consoleURL, console.AdminPassword, listenAddr(a.HTTP), listenAddr(a.GRPC), demo)
+			enforcerAddr <- a.HTTP
 		})
 	})
 	if demo != nil {

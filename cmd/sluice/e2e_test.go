@@ -80,7 +80,7 @@ func TestEndToEnd(t *testing.T) {
 				// Generous: the exact-count checks must not fail open on a
 				// loaded machine (50 ms by default).
 				StoreTimeout: 2 * time.Second}
-			err := enforcer.Run(ctx, cfg, log, func(h, g net.Addr) { ready <- node{h.String(), g.String()} })
+			err := enforcer.Run(ctx, cfg, log, func(a enforcer.Addrs) { ready <- node{a.HTTP.String(), a.GRPC.String()} })
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("enforcer %d: %v", i, err)
 			}

@@ -106,7 +106,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 		defer wg.Done()
 		cfg := enforcer.Config{ConsoleURL: base, NodeToken: tok.Token, NodeID: "secret-node", RedisURL: testenv.RedisURL(t),
 			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: testenv.KeyPrefix(t)}
-		if err := enforcer.Run(ctx, cfg, log, func(h, _ net.Addr) { nodeReady <- h.String() }); err != nil && ctx.Err() == nil {
+		if err := enforcer.Run(ctx, cfg, log, func(a enforcer.Addrs) { nodeReady <- a.HTTP.String() }); err != nil && ctx.Err() == nil {
 			t.Errorf("enforcer: %v", err)
 		}
 	}()

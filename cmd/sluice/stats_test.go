@@ -81,7 +81,7 @@ func startLiveFleet(t *testing.T, ctx context.Context, wg *sync.WaitGroup) *live
 			defer wg.Done()
 			cfg := enforcer.Config{ConsoleURL: console, NodeToken: toks[i].Token, NodeID: fmt.Sprintf("live-%d", i), RedisURL: redisURL,
 				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: prefix}
-			err := enforcer.Run(ctx, cfg, log, func(h, _ net.Addr) { ready <- h.String() })
+			err := enforcer.Run(ctx, cfg, log, func(a enforcer.Addrs) { ready <- a.HTTP.String() })
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("enforcer %d: %v", i, err)
 			}

@@ -1,0 +1,197 @@
+// Package node builds an enforcer node's core, the same for the enforcer
+// binary (enforcer.Run) and for a Go app's in-process node
+// (middleware.NewNode): the Redis client with the request path's timeouts,
+// the Batcher that pipelines and coalesces concurrent Takes, the engine
+// behind a circuit breaker with the local fallback, the console
+// subscription with the saved ruleset applied, and the node's metrics.
+// Servers, listeners and shutdown are the callers'.
+package node
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/enforcer/breaker"
+	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/enforcer/metrics"
+	"github.com/sluicehq/sluice/enforcer/subscriber"
+)
+
+// Config is what a node is built from; the fields mean what the enforcer's
+// flags of the same names mean.
+type Config struct {
+	// ConsoleURL is the console's base URL, or several replicas' separated
+	// by commas; NodeToken a token with role node. ConsoleURL is required.
+	ConsoleURL string
+	NodeToken  string
+	// NodeID names the node in the console; the hostname when empty.
+	NodeID string
+	// RedisURL is the counter store (see limiter.NewClient). Required.
+	RedisURL string
+	// StateDir keeps the last applied ruleset so a restart enforces before
+	// the console answers; empty keeps nothing.
+	StateDir string
+	// KeyPrefix starts every Redis key; engine.DefaultKeyPrefix when empty.
+	KeyPrefix string
+	// StoreTimeout bounds each step of a check's Redis call (connecting,
+	// waiting for a pooled connection, writing, reading);
+	// limiter.DefaultTimeout when zero. Past it the limit's failure mode
+	// answers.
+	StoreTimeout time.Duration
+	// Labels and Build are reported to the console in Hello.
+	Labels map[string]string
+	Build  string
+	// Registry, when set, receives the node's metrics (checks, store
+	// errors, breaker state, console contact, console connected).
+	Registry prometheus.Registerer
+}
+
+// Node is a built node: an engine kept on the console's ruleset. Run
+// subscribes; Close releases Redis after Run has returned.
+type Node struct {
+	// Engine decides checks.
+	Engine *engine.Engine
+	// Subscriber keeps Engine on the console's ruleset.
+	Subscriber *subscriber.Subscriber
+	// Metrics records checks; nil without a Config.Registry.
+	Metrics *metrics.Metrics
+
+	id     string
+	client io.Closer
+	ping   func(context.Context) error
+}
+
+// New validates cfg, fills its defaults and builds the node. Nothing is
+// dialled yet (the Redis client dials on first use, the subscription in
+// Run). The saved ruleset in StateDir, if any, is applied; a bad one is
+// logged and ignored, since the console sends the current ruleset as soon
+// as it answers.
+func New(cfg Config, log *slog.Logger) (*Node, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ConsoleURL == "" {
+		return nil, errors.New("console url is required")
+	}
+	if cfg.RedisURL == "" {
+		return nil, errors.New("redis url is required")
+	}
+	if cfg.NodeID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("node id not set and no hostname: %w", err)
+		}
+		cfg.NodeID = host
+	}
+	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, engine.DefaultKeyPrefix)
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = limiter.DefaultTimeout
+	}
+
+	client, err := limiter.NewClient(cfg.RedisURL, limiter.WithTimeout(cfg.StoreTimeout), limiter.WithDialTimeout(cfg.StoreTimeout))
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		id:     cfg.NodeID,
+		client: client,
+		ping:   func(ctx context.Context) error { return limiter.Ping(ctx, client) },
+		// The Batcher pipelines and coalesces the node's concurrent Takes
+		// and answers limits known to be over from its cache. Its Timeout
+		// bounds a check's whole wait, queueing included.
+		Engine: NewEngine(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{Timeout: cfg.StoreTimeout}), cfg.KeyPrefix, log),
+	}
+	n.Subscriber, err = subscriber.New(subscriber.Config{
+		ConsoleURL: cfg.ConsoleURL,
+		NodeToken:  cfg.NodeToken,
+		NodeID:     cfg.NodeID,
+		Labels:     cfg.Labels,
+		Build:      cfg.Build,
+		StateDir:   cfg.StateDir,
+		// Per-rule counts and top limited values for the console.
+		StatsSource: n.Engine.TakeStats,
+	}, n.Engine, log)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	if cfg.Registry != nil {
+		if n.Metrics, err = n.register(cfg.Registry); err != nil {
+			client.Close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	switch v, err := n.Subscriber.LoadState(); {
+	case err == nil:
+		log.Info("applied saved ruleset", "version", v, "state_dir", cfg.StateDir)
+	case errors.Is(err, subscriber.ErrNoState):
+	default:
+		log.Warn("ignoring saved ruleset", "state_dir", cfg.StateDir, "error", err)
+	}
+	return n, nil
+}
+
+// NewEngine returns the engine a node runs: store behind a circuit breaker,
+// so an outage costs checks no waiting and the limits' failure modes
+// answer. Each call is bounded by the store client's own timeouts (dial,
+// pool wait, write and read, StoreTimeout each) rather than one deadline
+// over all of them: a burst that queues for a pooled connection is not an
+// outage, and a hung Redis opens the breaker within two timeouts.
+//
+// Failure_mode: local limits are counted by a limiter.Local meanwhile; the
+// subscriber's SetNodeCount (the snapshot's node_count) gives it this
+// node's share.
+func NewEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
+	brk := breaker.New(breaker.Config{
+		Hard: engine.StoreDown,
+		OnChange: func(from, to breaker.State) {
+			// One line when an outage starts and one when it ends; the
+			// half-open probes in between are not worth a line each.
+			switch {
+			case from == breaker.Closed:
+				log.Warn("counter store unreachable: circuit breaker open, failure modes answer")
+			case to == breaker.Closed:
+				log.Warn("counter store reachable again: circuit breaker closed")
+			}
+		},
+	})
+	return engine.New(store, prefix, engine.WithBreaker(brk), engine.WithLocal(limiter.NewLocal(limiter.LocalOptions{})))
+}
+
+// register adds the node's metrics to reg.
+func (n *Node) register(reg prometheus.Registerer) (*metrics.Metrics, error) {
+	sub := n.Subscriber
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_enforcer_console_connected",
+		Help: "1 while the console subscription is up.",
+	}, func() float64 {
+		if sub.Connected() {
+			return 1
+		}
+		return 0
+	})); err != nil {
+		return nil, err
+	}
+	return metrics.New(reg, metrics.Options{Engine: n.Engine, LastContact: sub.LastContact})
+}
+
+// ID is the node's id (Config.NodeID, or the hostname).
+func (n *Node) ID() string { return n.id }
+
+// Run keeps the console subscription up until ctx is done.
+func (n *Node) Run(ctx context.Context) error { return n.Subscriber.Run(ctx) }
+
+// Ping reports whether Redis answers (for /readyz).
+func (n *Node) Ping(ctx context.Context) error { return n.ping(ctx) }
+
+// Close releases the Redis connections. Call it after Run has returned.
+func (n *Node) Close() error { return n.client.Close() }
