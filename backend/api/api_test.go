@@ -330,10 +330,10 @@ func TestRouteAccess(t *testing.T) {
 			path, body := f.expand(s.path, cred), f.expand(s.body, cred)
 			status, got := f.call(t, method, path, cred, body)
 			if want := s.want(cred); status != want {
-				t.Errorf("%s %s as %q = %d %s; want %d", method, path, cred, status, truncate(got), want)
+				t.Errorf("%s %s as %q = %d %s; want %d", method, path, cred, status, excerpt(got), want)
 			}
 			if status >= 400 && !strings.Contains(got, `"error":{`) && s.ok != 426 {
-				t.Errorf("%s %s as %q: error body %s lacks the error envelope", method, path, cred, truncate(got))
+				t.Errorf("%s %s as %q: error body %s lacks the error envelope", method, path, cred, excerpt(got))
 			}
 		}
 	}
@@ -342,7 +342,8 @@ func TestRouteAccess(t *testing.T) {
 	}
 }
 
-func truncate(s string) string {
+// excerpt shortens a response body for a failure message.
+func excerpt(s string) string {
 	if len(s) > 300 {
 		return s[:300] + "..."
 	}

@@ -646,7 +646,7 @@ func TestHardening(t *testing.T) {
 	f := newFixture(t)
 	huge := `{"yaml":"` + strings.Repeat("#", 3<<20) + `","message":"m"}`
 	if status, body := f.call(t, "PUT", "/api/v1/domains/api", "editor", huge); status != 413 {
-		t.Errorf("3 MiB body: %d %s", status, truncate(body))
+		t.Errorf("3 MiB body: %d %s", status, excerpt(body))
 	}
 	bigLogin := `{"username":"alice","password":"` + strings.Repeat("x", 20<<10) + `"}`
 	if status, _ := f.call(t, "POST", "/api/v1/auth/login", "", bigLogin); status != 413 {

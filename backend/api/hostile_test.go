@@ -29,10 +29,10 @@ func TestPublishOverTheSnapshotBoundIs422(t *testing.T) {
 	status, got := f.call(t, "PUT", "/api/v1/domains/d16", "editor", body)
 	if status != http.StatusUnprocessableEntity || !strings.Contains(got, `"code":"snapshot_too_large"`) ||
 		!strings.Contains(got, "enforcer nodes accept") {
-		t.Fatalf("PUT a 17th big domain = %d %s, want 422 snapshot_too_large with the reason", status, truncate(got))
+		t.Fatalf("PUT a 17th big domain = %d %s, want 422 snapshot_too_large with the reason", status, excerpt(got))
 	}
 	status, got = f.call(t, "POST", "/api/v1/versions/1/rollback", "editor", `{"message":"fits"}`)
 	if status != http.StatusOK {
-		t.Errorf("rollback to a smaller version = %d %s, want 200", status, truncate(got))
+		t.Errorf("rollback to a smaller version = %d %s, want 200", status, excerpt(got))
 	}
 }

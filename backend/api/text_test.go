@@ -46,7 +46,7 @@ func TestTextInputsRefuseNULAndInvalidUTF8(t *testing.T) {
 			t.Run(b.method+" "+b.path+" "+b.field+" "+x.name, func(t *testing.T) {
 				status, got := f.call(t, b.method, b.path, b.cred, strings.Replace(b.body, "@", x.json, 1))
 				if status != http.StatusBadRequest || !strings.Contains(got, `"message":"`+b.field+` `) {
-					t.Errorf("= %d %s, want 400 naming %s", status, truncate(got), b.field)
+					t.Errorf("= %d %s, want 400 naming %s", status, excerpt(got), b.field)
 				}
 			})
 		}
@@ -64,7 +64,7 @@ func TestTextInputsRefuseNULAndInvalidUTF8(t *testing.T) {
 			t.Run("GET "+q.path+"?"+q.param+" "+x.name, func(t *testing.T) {
 				status, got := f.call(t, "GET", q.path+"?"+q.param+"=a"+x.query, "viewer", "")
 				if status != http.StatusBadRequest || !strings.Contains(got, "query parameter "+q.param) {
-					t.Errorf("= %d %s, want 400 naming query parameter %s", status, truncate(got), q.param)
+					t.Errorf("= %d %s, want 400 naming query parameter %s", status, excerpt(got), q.param)
 				}
 			})
 		}
@@ -72,13 +72,13 @@ func TestTextInputsRefuseNULAndInvalidUTF8(t *testing.T) {
 	t.Run("a query value over the text bound", func(t *testing.T) {
 		status, got := f.call(t, "GET", "/api/v1/audit?actor="+strings.Repeat("a", 4097), "viewer", "")
 		if status != http.StatusBadRequest || !strings.Contains(got, "query parameter actor is over 4096 bytes") {
-			t.Errorf("= %d %s, want 400", status, truncate(got))
+			t.Errorf("= %d %s, want 400", status, excerpt(got))
 		}
 	})
 	t.Run("a path parameter", func(t *testing.T) {
 		status, got := f.call(t, "GET", "/api/v1/versions/1%FF", "viewer", "")
 		if status != http.StatusBadRequest || !strings.Contains(got, "n is not valid UTF-8") {
-			t.Errorf("= %d %s, want 400", status, truncate(got))
+			t.Errorf("= %d %s, want 400", status, excerpt(got))
 		}
 	})
 	t.Run("U+FFFD itself is text", func(t *testing.T) {

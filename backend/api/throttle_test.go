@@ -133,7 +133,7 @@ func TestFailedSignInAudit(t *testing.T) {
 	}
 	status, body := f.call(t, "GET", "/api/v1/audit?action=auth.login_failed&limit=1000", "viewer", "")
 	if status != 200 {
-		t.Fatalf("audit = %d %s", status, truncate(body))
+		t.Fatalf("audit = %d %s", status, excerpt(body))
 	}
 	if strings.Contains(body, typedSecret) {
 		t.Errorf("the audit trail holds the typed username %q", typedSecret)
