@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -135,9 +134,9 @@ func (a *API) approveChange(c *gin.Context) error {
 	if err := decodeOptional(c, &req); err != nil {
 		return err
 	}
-	msg := strings.TrimSpace(req.Message)
-	if len(msg) > maxTextBytes {
-		return badRequest("the message is over %d bytes", maxTextBytes)
+	msg, err := freeText("message", req.Message, false)
+	if err != nil {
+		return err
 	}
 	cr, err := a.store.FindChange(c.Request.Context(), id)
 	if err != nil {

@@ -18,6 +18,20 @@ import (
 // message, a break-glass reason, and every query parameter.
 const maxTextBytes = 4096
 
+// freeText trims s and checks it as the free-text field named field: at
+// most maxTextBytes, and present when required. (checkText's NUL and UTF-8
+// checks ran on the whole body already.)
+func freeText(field, s string, required bool) (string, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "" && required:
+		return "", badRequest("%s is required", field)
+	case len(s) > maxTextBytes:
+		return "", badRequest("%s is over %d bytes", field, maxTextBytes)
+	}
+	return s, nil
+}
+
 // checkText refuses text that holds a NUL byte or is not valid UTF-8,
 // naming the field. Postgres stores neither in a text column, so without
 // this check such input reached the database and came back as a 500.

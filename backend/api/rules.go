@@ -98,16 +98,7 @@ type publishRequest struct {
 	BreakGlassReason string `json:"break_glass_reason"`
 }
 
-func checkMessage(m string) (string, error) {
-	m = strings.TrimSpace(m)
-	if m == "" {
-		return "", badRequest("a change message is required")
-	}
-	if len(m) > maxTextBytes {
-		return "", badRequest("the change message is over %d bytes", maxTextBytes)
-	}
-	return m, nil
-}
+func checkMessage(m string) (string, error) { return freeText("message", m, true) }
 
 // putDomain validates a domain's YAML and publishes it as a new version, or
 // proposes it when approval is required.
@@ -203,12 +194,12 @@ func (a *API) rollbackDomain(c *gin.Context) error {
 // rollbacks). When approval is required it proposes ch instead and answers
 // 202 {"change"}. Only admins may break glass.
 func (a *API) submit(c *gin.Context, ch store.Change) error {
-	ch.BreakGlass = strings.TrimSpace(ch.BreakGlass)
+	var err error
+	if ch.BreakGlass, err = freeText("break_glass_reason", ch.BreakGlass, false); err != nil {
+		return err
+	}
 	if ch.BreakGlass != "" && caller(c).role != store.RoleAdmin {
 		return httpError(http.StatusForbidden, "forbidden", "only admins may break glass")
-	}
-	if len(ch.BreakGlass) > maxTextBytes {
-		return badRequest("break_glass_reason is over %d bytes", maxTextBytes)
 	}
 	ch.Actor = a.actor(c)
 	v, err := a.store.Publish(c.Request.Context(), ch)
