@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/rules/wire"
 )
 
 // Cookie and header names.
@@ -60,7 +61,7 @@ func caller(c *gin.Context) *principal {
 func (a *API) actor(c *gin.Context) store.Actor {
 	// A User-Agent is not refused for invalid UTF-8 (net/http lets such
 	// bytes through), but Postgres would refuse it in the audit row.
-	ua := truncate(strings.ToValidUTF8(c.Request.UserAgent(), "\uFFFD"), 512)
+	ua := wire.Cut(strings.ToValidUTF8(c.Request.UserAgent(), "\uFFFD"), 512)
 	act := store.Actor{IP: c.ClientIP(), UserAgent: ua, RequestID: c.GetString("request_id")}
 	if p := caller(c); p != nil {
 		act.Name, act.Owner = p.name, p.owner

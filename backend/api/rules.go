@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -325,12 +324,3 @@ func (a *API) verifyAudit(c *gin.Context) error {
 func isNotFound(err error) bool { return errors.Is(err, rules.ErrNotFound) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
-// truncate cuts s to at most n bytes without splitting a character, so
-// what is stored stays valid UTF-8 (Postgres refuses anything else).
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
-}

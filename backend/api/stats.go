@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/rules/wire"
 )
 
 // Bounds of the alert settings.
@@ -164,7 +165,7 @@ func (r *alertsRequest) check() error {
 		}
 		for _, e := range w.Events {
 			if !slices.Contains(alertEvents, e) {
-				return badRequest("webhooks[%d].events: %q is not one of spike.start, spike.end", i, truncate(e, 40))
+				return badRequest("webhooks[%d].events: %q is not one of spike.start, spike.end", i, wire.Cut(e, 40))
 			}
 		}
 		if w.Events == nil {
@@ -184,7 +185,7 @@ func (r *alertsRequest) check() error {
 		if err := checkText("domains", d); err != nil {
 			return err
 		}
-		if err := checkSpike("domains."+truncate(d, 40), s.FloorPerS, s.Factor, s.ForS); err != nil {
+		if err := checkSpike("domains."+wire.Cut(d, 40), s.FloorPerS, s.Factor, s.ForS); err != nil {
 			return err
 		}
 	}

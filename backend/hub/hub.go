@@ -332,7 +332,7 @@ func (e closeError) Error() string {
 // in the background.
 func (c *conn) drop(code websocket.StatusCode, reason string) {
 	c.dropOnce.Do(func() {
-		c.cause = closeError{code: code, reason: truncate(reason, 120)}
+		c.cause = closeError{code: code, reason: wire.Cut(reason, 120)}
 		c.dropped.Store(true)
 		c.stopWriter()
 		go func() {
@@ -664,9 +664,9 @@ func (h *Hub) handle(c *conn, msg any) error {
 		// The error is the node's free text: NUL or invalid UTF-8 in it
 		// must not make its registry row unwritable.
 		m.Error = wire.CleanText(m.Error)
-		c.node.NackVersion, c.node.NackError, c.node.NackedAt = &v, truncate(m.Error, maxNackError), &now
+		c.node.NackVersion, c.node.NackError, c.node.NackedAt = &v, wire.Cut(m.Error, maxNackError), &now
 		h.log.Warn("node rejected version", "node_id", c.node.ID, "version", m.Version,
-			"applied_version", c.node.AppliedVersion, "error", truncate(m.Error, 500))
+			"applied_version", c.node.AppliedVersion, "error", wire.Cut(m.Error, 500))
 	case *wire.Stats:
 		if err := m.Validate(); err != nil {
 			if h.stats != nil {
@@ -826,16 +826,4 @@ func (h *Hub) Nodes(ctx context.Context) ([]store.Node, error) {
 	}
 	slices.SortFunc(out, func(a, b store.Node) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
-}
-
-// truncate cuts s to at most n bytes without splitting a character.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Cut on a rune boundary so a close reason stays valid UTF-8.
-	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }

@@ -316,5 +316,17 @@ func abbrev(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return Cut(s, n) + "…"
+}
+
+// Cut returns s cut to at most n bytes, on a character boundary, so that
+// cut text (a close reason, a stored message) stays valid UTF-8.
+func Cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
 }

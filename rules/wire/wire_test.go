@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -218,5 +219,18 @@ func TestCleanText(t *testing.T) {
 		if got := wire.CleanText(tt.in); got != tt.want {
 			t.Errorf("CleanText(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestCutKeepsUTF8(t *testing.T) {
+	s := strings.Repeat("é", 300) // 600 bytes; byte 511 is mid-character
+	for _, n := range []int{0, 1, 510, 511, 512} {
+		got := wire.Cut(s, n)
+		if !utf8.ValidString(got) || len(got) > n || len(got) < n-1 {
+			t.Errorf("Cut to %d bytes = %d bytes, valid UTF-8 %t", n, len(got), utf8.ValidString(got))
+		}
+	}
+	if got := wire.Cut("short", 511); got != "short" {
+		t.Errorf("Cut(short) = %q", got)
 	}
 }
