@@ -192,7 +192,8 @@ func build(ctx context.Context, cfg Config, upstream *url.URL, log *slog.Logger)
 		Labels:       cfg.Labels,
 		Build:        cfg.Build,
 		Registry:     reg,
-	}, log)
+		Log:          log,
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -4,44 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/node"
 )
 
-// NodeConfig configures a Node. The fields mean what the enforcer's flags
-// of the same names mean.
-type NodeConfig struct {
-	// ConsoleURL and NodeToken (a token with role node) subscribe to the
-	// console. Required.
-	ConsoleURL string
-	NodeToken  string
-	// NodeID names this process among the nodes; the hostname when empty.
-	NodeID string
-	// RedisURL is the counter store every enforcer shares. Required.
-	RedisURL string
-	// StateDir keeps the last applied ruleset so a restart enforces before
-	// the console answers; empty keeps nothing.
-	StateDir string
-	// KeyPrefix starts every Redis key; the enforcer's default when empty.
-	// Must match the enforcers' for the counters to be shared.
-	KeyPrefix string
-	// StoreTimeout bounds each step of a check's Redis call; the
-	// enforcer's default (50 ms) when zero. Past it the limit's failure
-	// mode answers.
-	StoreTimeout time.Duration
-	// Labels and Build are reported to the console.
-	Labels map[string]string
-	Build  string
-	// Registry, when set, receives the node's metrics.
-	Registry prometheus.Registerer
-	// Log receives the node's events (subscription, saved ruleset, counter
-	// store outages); discarded when nil.
-	Log *slog.Logger
-}
+// NodeConfig configures a Node: the enforcer binary's node settings
+// (package node), whose fields mean what the enforcer's flags of the same
+// names mean.
+type NodeConfig = node.Config
 
 // Node is an in-process enforcer, built as the enforcer binary builds its
 // node (package node): an engine counting in the shared Redis through the
@@ -62,18 +33,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n, err := node.New(node.Config{
-		ConsoleURL:   cfg.ConsoleURL,
-		NodeToken:    cfg.NodeToken,
-		NodeID:       cfg.NodeID,
-		RedisURL:     cfg.RedisURL,
-		StateDir:     cfg.StateDir,
-		KeyPrefix:    cfg.KeyPrefix,
-		StoreTimeout: cfg.StoreTimeout,
-		Labels:       cfg.Labels,
-		Build:        cfg.Build,
-		Registry:     cfg.Registry,
-	}, log)
+	cfg.Log = log
+	n, err := node.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}

@@ -53,6 +53,9 @@ type Config struct {
 	// Registry, when set, receives the node's metrics (checks, store
 	// errors, breaker state, console contact, console connected).
 	Registry prometheus.Registerer
+	// Log receives the node's events (subscription, saved ruleset, counter
+	// store outages); discarded when nil.
+	Log *slog.Logger
 }
 
 // Node is a built node: an engine kept on the console's ruleset. Run
@@ -75,7 +78,8 @@ type Node struct {
 // Run). The saved ruleset in StateDir, if any, is applied; a bad one is
 // logged and ignored, since the console sends the current ruleset as soon
 // as it answers.
-func New(cfg Config, log *slog.Logger) (*Node, error) {
+func New(cfg Config) (*Node, error) {
+	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -21,7 +21,7 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		{"bad console", node.Config{ConsoleURL: "ftp://x", RedisURL: "redis://127.0.0.1:9/0"}, "console"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			n, err := node.New(tt.cfg, nil)
+			n, err := node.New(tt.cfg)
 			if err == nil {
 				n.Close()
 				t.Fatal("New accepted the config")
@@ -37,7 +37,7 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 // included; without one it has none. Nothing is dialled.
 func TestNewMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	n, err := node.New(node.Config{ConsoleURL: "http://127.0.0.1:9", RedisURL: testenv.RedisURL(t), NodeID: "n1", Registry: reg}, nil)
+	n, err := node.New(node.Config{ConsoleURL: "http://127.0.0.1:9", RedisURL: testenv.RedisURL(t), NodeID: "n1", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestNewMetrics(t *testing.T) {
 		t.Errorf("metrics %v lack sluice_enforcer_console_connected", names)
 	}
 
-	bare, err := node.New(node.Config{ConsoleURL: "http://127.0.0.1:9", RedisURL: testenv.RedisURL(t)}, nil)
+	bare, err := node.New(node.Config{ConsoleURL: "http://127.0.0.1:9", RedisURL: testenv.RedisURL(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
