@@ -101,6 +101,9 @@ func New(cfg Config) *API {
 	reg.MustRegister(a.requests, a.latency, a.loginFailures,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_console_connected_nodes", Help: "Enforcers connected to this console."},
 			func() float64 { return float64(a.hub.Connected()) }))
+	if a.stats != nil {
+		reg.MustRegister(a.stats.Collectors()...)
+	}
 
 	r := a.engine
 	r.ContextWithFallback = true

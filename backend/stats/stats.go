@@ -82,8 +82,6 @@ type Config struct {
 	PublicURL string
 	// Client sends webhooks; a client with a 5 s timeout when nil.
 	Client *http.Client
-	// Registry receives the aggregator's metrics when set.
-	Registry prometheus.Registerer
 	// SpikeWarmup is how long a rule is watched before its spikes are
 	// judged (DefaultSpikeWarmup when zero; see spikes.go).
 	SpikeWarmup time.Duration
@@ -186,11 +184,11 @@ func New(cfg Config) *Aggregator {
 		Name: "sluice_console_stats_refused_total",
 		Help: "Stats reports from nodes refused, never aggregated, by reason.",
 	}, []string{"reason"})
-	if cfg.Registry != nil {
-		cfg.Registry.MustRegister(a.refused)
-	}
 	return a
 }
+
+// Collectors returns the aggregator's metrics, for the console's /metrics.
+func (a *Aggregator) Collectors() []prometheus.Collector { return []prometheus.Collector{a.refused} }
 
 // RefusedError is a stats report the aggregator refused as a whole.
 type RefusedError struct {

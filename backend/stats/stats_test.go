@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/backend/store"
@@ -60,7 +59,7 @@ func newStore(t testing.TB) *store.Store {
 // settings and domains loaded.
 func newAggregator(t *testing.T, st *store.Store, replica string, clk *fakeClock) *Aggregator {
 	t.Helper()
-	a := New(Config{Store: st, Replica: replica, Registry: prometheus.NewRegistry()})
+	a := New(Config{Store: st, Replica: replica})
 	a.now = clk.now
 	if err := a.Load(context.Background()); err != nil {
 		t.Fatal(err)
