@@ -146,6 +146,9 @@ func spaceOut(src []byte) []byte {
 func domainNode(d *Domain) *yaml.Node {
 	m := mappingNode()
 	m.add("domain", textNode(d.Name))
+	if d.DefaultAlgorithm != "" {
+		m.add("default_algorithm", textNode(string(d.DefaultAlgorithm)))
+	}
 	if len(d.RequestDescriptors) > 0 {
 		list := seqNode()
 		for _, rd := range d.RequestDescriptors {

@@ -161,7 +161,7 @@ func Compile(domains []*Domain) (*Set, error) {
 
 	s := &Set{domains: make(map[string]*node, len(domains)), requests: make(map[string][]RequestDescriptor)}
 	for _, d := range domains {
-		s.domains[d.Name] = &node{children: s.level(d.Name, d.Descriptors, "", nil)}
+		s.domains[d.Name] = &node{children: s.level(d.Name, d.DefaultAlgorithm, d.Descriptors, "", nil)}
 		if len(d.RequestDescriptors) > 0 {
 			rds := make([]RequestDescriptor, len(d.RequestDescriptors))
 			for i, rd := range d.RequestDescriptors {
@@ -177,8 +177,8 @@ func Compile(domains []*Domain) (*Set, error) {
 
 // level compiles one level of descriptors. parentName is the Lyft-style name
 // of the descriptor holding them ("" at the top); path is the way from the
-// root to them.
-func (s *Set) level(domain string, ds []Descriptor, parentName string, path []Level) map[string]*keyNode {
+// root to them; def is the domain's default_algorithm.
+func (s *Set) level(domain string, def Algorithm, ds []Descriptor, parentName string, path []Level) map[string]*keyNode {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -193,9 +193,9 @@ func (s *Set) level(domain string, ds []Descriptor, parentName string, path []Le
 		name := pathName(parentName, d)
 		// Clip so that siblings never share the backing arrays.
 		p := append(path[:len(path):len(path)], Level{Key: d.Key, Value: d.Value, ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold})
-		n := &node{children: s.level(domain, d.Descriptors, name, p)}
+		n := &node{children: s.level(domain, def, d.Descriptors, name, p)}
 		if d.RateLimit != nil {
-			n.limit = newLimit(domain, name, d, p)
+			n.limit = newLimit(domain, def, name, d, p)
 			s.limits++
 		}
 		if d.Value == "" {
@@ -216,7 +216,8 @@ func (s *Set) level(domain string, ds []Descriptor, parentName string, path []Le
 	return keys
 }
 
-func newLimit(domain, name string, d *Descriptor, path []Level) *Limit {
+// newLimit resolves d's limit; def is the domain's default_algorithm.
+func newLimit(domain string, def Algorithm, name string, d *Descriptor, path []Level) *Limit {
 	rl := d.RateLimit
 	l := &Limit{
 		Domain:          domain,
@@ -224,7 +225,7 @@ func newLimit(domain, name string, d *Descriptor, path []Level) *Limit {
 		Path:            slices.Clone(path),
 		RequestsPerUnit: rl.RequestsPerUnit,
 		Burst:           cmp.Or(d.Burst, rl.RequestsPerUnit),
-		Algorithm:       cmp.Or(d.Algorithm, TokenBucket),
+		Algorithm:       cmp.Or(d.Algorithm, def, TokenBucket),
 		Unlimited:       rl.Unlimited,
 		ShadowMode:      d.ShadowMode,
 		DetailedMetric:  d.DetailedMetric,

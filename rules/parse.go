@@ -160,6 +160,9 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	} else {
 		d.Name = p.text(v, "domain", "domain")
 	}
+	if v := f["default_algorithm"]; !isNull(v) {
+		d.DefaultAlgorithm = Algorithm(p.text(v, "default_algorithm", "default_algorithm"))
+	}
 	if v := f["request_descriptors"]; !isNull(v) {
 		d.RequestDescriptors = p.requestDescriptors(v, "request_descriptors")
 	}

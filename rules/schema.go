@@ -52,6 +52,8 @@ var objects = []*object{
 			{name: "domain", kind: textKind, required: true,
 				doc:   "The domain's name, as clients send it in rate limit requests.",
 				extra: map[string]any{"type": "string", "pattern": "^[A-Za-z0-9_.-]+$", "minLength": 1, "maxLength": maxDomainName}},
+			{name: "default_algorithm", kind: enumKind, enum: strs(supportedAlgorithms),
+				doc: "The algorithm of every limit in this domain that names none (default token_bucket). Lyft counts in fixed windows: fixed_window keeps its counting."},
 			{name: "request_descriptors", kind: listKind, ref: "request_descriptor",
 				doc: "How gateway mode builds a request's descriptors from an HTTP request, one item per descriptor."},
 			{name: "descriptors", kind: listKind, ref: "descriptor",
@@ -74,7 +76,7 @@ var objects = []*object{
 			{name: "share_threshold", kind: boolKind,
 				doc: "For a wildcard value (ending in *): all matching values share one counter instead of one each."},
 			{name: "algorithm", kind: enumKind, enum: strs(supportedAlgorithms),
-				doc: "How requests are counted (default token_bucket). sliding_window_log is exact but keeps an entry per request: at most " +
+				doc: "How requests are counted (default: the domain's default_algorithm, else token_bucket). sliding_window_log is exact but keeps an entry per request: at most " +
 					strconv.Itoa(MaxSlidingLogRequests) + " requests_per_unit per key (per shard, with shards)."},
 			{name: "burst", kind: intKind, min: 1, max: MaxRequestsPerUnit,
 				doc: "Capacity of a token or leaky bucket (default requests_per_unit)."},

@@ -100,6 +100,11 @@ const (
 // Domain is one domain's configuration: the unit of publishing.
 type Domain struct {
 	Name string
+	// DefaultAlgorithm is Sluice's default_algorithm: the algorithm of every
+	// limit in the domain that names none. "" means TokenBucket. File mode
+	// and the Lyft import count Lyft files, which have none, as FixedWindow,
+	// as Lyft does.
+	DefaultAlgorithm Algorithm
 	// RequestDescriptors tell the enforcer's gateway mode how to build a
 	// request's descriptors from an HTTP request. Envoy and the check APIs
 	// send descriptors themselves and ignore it.
@@ -124,7 +129,7 @@ type Descriptor struct {
 	ShareThreshold bool
 
 	// Sluice's extensions; they need a RateLimit that is not unlimited.
-	Algorithm   Algorithm   // "" means TokenBucket
+	Algorithm   Algorithm   // "" means the domain's DefaultAlgorithm
 	Burst       uint32      // 0 means RequestsPerUnit; token and leaky buckets only
 	Calendar    bool        // fixed_window only: UTC calendar windows (see Unit)
 	Shards      uint32      // 0 means 1: spread a hot counter over this many keys
