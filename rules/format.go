@@ -210,6 +210,13 @@ func descriptorNode(d *Descriptor) *yaml.Node {
 			m.flag(f, d.ValueToMetric)
 		case "share_threshold":
 			m.flag(f, d.ShareThreshold)
+		case "metadata":
+			if len(d.Metadata) > 0 {
+				var n yaml.Node
+				if n.Encode(d.Metadata) == nil {
+					m.add(f, &n)
+				}
+			}
 		case "algorithm":
 			if d.Algorithm != "" {
 				m.add(f, textNode(string(d.Algorithm)))

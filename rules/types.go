@@ -115,7 +115,10 @@ type Domain struct {
 // Descriptor is one node of a domain's descriptor tree.
 type Descriptor struct {
 	Key   string
-	Value string // "" matches any value (one counter per value); "p*" is a prefix
+	// Value "" matches any value (one counter per value); a value with "*"
+	// is a wildcard, each "*" standing for any run of characters, none
+	// included ("p*" is a prefix, "/api*v1" a prefix and a suffix).
+	Value string
 
 	RateLimit      *RateLimit // nil: no limit at this node
 	ShadowMode     bool
@@ -127,6 +130,9 @@ type Descriptor struct {
 	// every value matching the wildcard counts against one shared counter
 	// instead of one counter per value.
 	ShareThreshold bool
+	// Metadata is Lyft's metadata: a mapping of anything, kept with the
+	// descriptor and its file, never read by the enforcer.
+	Metadata map[string]any
 
 	// Sluice's extensions; they need a RateLimit that is not unlimited.
 	Algorithm   Algorithm   // "" means the domain's DefaultAlgorithm

@@ -153,8 +153,8 @@ func (c *checker) descriptors(ds []Descriptor, parent, prefix string, depth int)
 			// A duplicate's default name is its twin's: say so only once.
 			c.rateLimit(d.RateLimit, join(path, "rate_limit"), name, !dup)
 		}
-		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
-			c.fail(join(path, "share_threshold"), `share_threshold applies only to a wildcard value (one ending in "*")`)
+		if d.ShareThreshold && !isWildcard(d.Value) {
+			c.fail(join(path, "share_threshold"), `share_threshold applies only to a wildcard value (one with a "*")`)
 		}
 		c.extensions(d, path)
 		c.descriptors(d.Descriptors, path, name, depth+1)
@@ -453,8 +453,8 @@ func reaches(ds []Descriptor, entries []RequestEntry) bool {
 }
 
 // lookupValue finds the descriptor of key that value matches, with Match's
-// precedence: the exact value, else the longest matching wildcard, else the
-// descriptor without a value.
+// precedence: the exact value, else the most specific matching wildcard
+// (the first of equals), else the descriptor without a value.
 func lookupValue(ds []Descriptor, key, value string) *Descriptor {
 	var wildcard, any *Descriptor
 	for i := range ds {
@@ -467,8 +467,8 @@ func lookupValue(ds []Descriptor, key, value string) *Descriptor {
 			any = d
 		case d.Value == value:
 			return d
-		case strings.HasSuffix(d.Value, "*") && strings.HasPrefix(value, d.Value[:len(d.Value)-1]):
-			if wildcard == nil || len(d.Value) > len(wildcard.Value) {
+		case isWildcard(d.Value) && wildcardMatch(d.Value, value):
+			if wildcard == nil || literalLen(d.Value) > literalLen(wildcard.Value) {
 				wildcard = d
 			}
 		}
