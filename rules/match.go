@@ -14,7 +14,11 @@ type Limit struct {
 	Domain string
 	// Name is rate_limit.name when set, else the descriptor path in Lyft's
 	// style: key or key_value per level, joined by "." (api_key.route_/search).
+	// Stats and replaces go by it.
 	Name string
+	// Named says Name is a configured rate_limit.name. Envoy's RLS answers
+	// carry only such a name (current_limit.name), as Lyft's do.
+	Named bool
 	// Path is the descriptor path leading to this limit, one Level per
 	// entry of the request descriptors it matches.
 	Path []Level
@@ -114,6 +118,7 @@ func (l *Limit) MetricName(entries []Entry) string {
 type Set struct {
 	domains  map[string]*node               // root of each domain's tree
 	requests map[string][]RequestDescriptor // each domain's request_descriptors
+	defaults map[string]Algorithm           // each domain's default_algorithm, when set
 	names    []string                       // sorted domain names
 	limits   int
 }
@@ -161,8 +166,11 @@ func Compile(domains []*Domain) (*Set, error) {
 		return nil, &ValidationError{Problems: problems}
 	}
 
-	s := &Set{domains: make(map[string]*node, len(domains)), requests: make(map[string][]RequestDescriptor)}
+	s := &Set{domains: make(map[string]*node, len(domains)), requests: make(map[string][]RequestDescriptor), defaults: make(map[string]Algorithm)}
 	for _, d := range domains {
+		if d.DefaultAlgorithm != "" {
+			s.defaults[d.Name] = d.DefaultAlgorithm
+		}
 		s.domains[d.Name] = &node{children: s.level(d.Name, d.DefaultAlgorithm, d.Descriptors, "", nil)}
 		if len(d.RequestDescriptors) > 0 {
 			rds := make([]RequestDescriptor, len(d.RequestDescriptors))
@@ -226,6 +234,7 @@ func newLimit(domain string, def Algorithm, name string, d *Descriptor, path []L
 	l := &Limit{
 		Domain:          domain,
 		Name:            cmp.Or(rl.Name, name),
+		Named:           rl.Name != "",
 		Path:            slices.Clone(path),
 		RequestsPerUnit: rl.RequestsPerUnit,
 		Burst:           cmp.Or(d.Burst, rl.RequestsPerUnit),
@@ -304,6 +313,16 @@ func (s *Set) RequestDescriptors(domain string) []RequestDescriptor {
 		return nil
 	}
 	return s.requests[domain]
+}
+
+// DefaultAlgorithm returns the algorithm of domain's limits that name none:
+// its default_algorithm, else TokenBucket. For a limit given at request
+// time, such as Envoy's limit override.
+func (s *Set) DefaultAlgorithm(domain string) Algorithm {
+	if s == nil {
+		return TokenBucket
+	}
+	return cmp.Or(s.defaults[domain], TokenBucket)
 }
 
 // Domains returns the names of the set's domains, sorted.

@@ -154,7 +154,7 @@ func TestMatchLimit(t *testing.T) {
 		want    *Limit
 	}{
 		{"api_key=k1", &Limit{
-			Domain: "api", Name: "per-key", Path: []Level{{Key: "api_key"}}, Unit: Minute, RequestsPerUnit: 1000, Burst: 1500,
+			Domain: "api", Name: "per-key", Named: true, Path: []Level{{Key: "api_key"}}, Unit: Minute, RequestsPerUnit: 1000, Burst: 1500,
 			Algorithm: TokenBucket, FailureMode: FailClosed, Period: time.Minute, Shards: 1, OnLimit: reject,
 		}},
 		{"api_key=k1,route=/search", &Limit{
@@ -176,7 +176,7 @@ func TestMatchLimit(t *testing.T) {
 			Algorithm: TokenBucket, FailureMode: FailOpen, Period: time.Second, Replaces: []string{"per-key"}, Shards: 1, OnLimit: reject,
 		}},
 		{"quota=q1", &Limit{
-			Domain: "api", Name: "monthly", Path: []Level{{Key: "quota", Value: "q*", ShareThreshold: true, ValueToMetric: true}},
+			Domain: "api", Name: "monthly", Named: true, Path: []Level{{Key: "quota", Value: "q*", ShareThreshold: true, ValueToMetric: true}},
 			Unit: Month, RequestsPerUnit: 5000, Burst: 5000, Algorithm: FixedWindow, FailureMode: FailLocal, Period: 30 * 24 * time.Hour,
 			Calendar: true, Shards: 4, OnLimit: OnLimit{Action: Reject, Status: 503},
 		}},
