@@ -114,7 +114,7 @@ type Domain struct {
 
 // Descriptor is one node of a domain's descriptor tree.
 type Descriptor struct {
-	Key   string
+	Key string
 	// Value "" matches any value (one counter per value); a value with "*"
 	// is a wildcard, each "*" standing for any run of characters, none
 	// included ("p*" is a prefix, "/api*v1" a prefix and a suffix).
