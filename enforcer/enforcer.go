@@ -57,6 +57,9 @@ type Config struct {
 	ConsoleURL string
 	// NodeToken is the node-role API token the console authenticates with.
 	NodeToken string
+	// RulesDir, instead of ConsoleURL, turns on file mode: the rules are
+	// the domain files in this directory (node.Files), reloaded on change.
+	RulesDir string
 	// NodeID names this node in the console; the hostname when empty.
 	NodeID string
 	// RedisURL is the counter store: redis://host:port/db, a comma-separated
@@ -184,6 +187,7 @@ func build(ctx context.Context, cfg Config, upstream *url.URL, log *slog.Logger)
 	n, err := node.New(node.Config{
 		ConsoleURL:   cfg.ConsoleURL,
 		NodeToken:    cfg.NodeToken,
+		RulesDir:     cfg.RulesDir,
 		NodeID:       cfg.NodeID,
 		RedisURL:     cfg.RedisURL,
 		StateDir:     cfg.StateDir,

@@ -38,6 +38,21 @@ const maxProblems = 1000
 // An invalid document yields a *ValidationError listing every problem found,
 // each with its line, column and path. YAML anchors and aliases are refused.
 func Parse(file string, src []byte) (*Domain, error) {
+	return ParseOptions{}.Parse(file, src)
+}
+
+// ParseOptions change how Parse and ParseAll read a file.
+type ParseOptions struct {
+	// DefaultAlgorithm is the default_algorithm of a file that sets none.
+	// File mode sets FixedWindow, so that a Lyft file counts in fixed
+	// windows as it does in Lyft. The file is checked with it in effect
+	// (burst, calendar and on_limit depend on the algorithm), and the
+	// Domain returned carries it.
+	DefaultAlgorithm Algorithm
+}
+
+// Parse is the package's Parse, with o.
+func (o ParseOptions) Parse(file string, src []byte) (*Domain, error) {
 	if len(src) > MaxSourceBytes {
 		return nil, oneProblem(file, 1, 1, fmt.Sprintf("file is %d bytes; the limit is %d", len(src), MaxSourceBytes))
 	}
@@ -57,6 +72,9 @@ func Parse(file string, src []byte) (*Domain, error) {
 		p.problems = append(p.problems, Problem{File: file, Line: line, Column: col, Message: "a file holds one domain: remove the second YAML document"})
 	}
 	d := p.domain(root)
+	if d.DefaultAlgorithm == "" {
+		d.DefaultAlgorithm = o.DefaultAlgorithm
+	}
 	for _, prob := range validate(d) {
 		// A field that failed to decode has a zero value the checker would
 		// complain about again.
@@ -779,11 +797,16 @@ type File struct {
 // second. The error is a *ValidationError listing every problem of every
 // file, file by file; the domains are returned only when there is none.
 func ParseAll(files []File) ([]*Domain, error) {
+	return ParseOptions{}.ParseAll(files)
+}
+
+// ParseAll is the package's ParseAll, with o.
+func (o ParseOptions) ParseAll(files []File) ([]*Domain, error) {
 	var problems []Problem
 	domains := make([]*Domain, 0, len(files))
 	first := map[string]string{} // domain name → file that defines it
 	for _, f := range files {
-		d, err := Parse(f.Name, f.YAML)
+		d, err := o.Parse(f.Name, f.YAML)
 		if err != nil {
 			var ve *ValidationError
 			if !errors.As(err, &ve) {
