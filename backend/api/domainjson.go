@@ -58,6 +58,7 @@ type descriptorJSON struct {
 	FailureMode    string           `json:"failure_mode,omitempty"`
 	ValueToMetric  bool             `json:"value_to_metric,omitempty"`
 	ShareThreshold bool             `json:"share_threshold,omitempty"`
+	Metadata       map[string]any   `json:"metadata,omitempty"`
 	Calendar       bool             `json:"calendar,omitempty"`
 	Shards         uint32           `json:"shards,omitempty"`
 	OnLimit        *onLimitJSON     `json:"on_limit,omitempty"`
@@ -89,7 +90,7 @@ func descriptorsJSON(ds []rules.Descriptor) []descriptorJSON {
 	for i, d := range ds {
 		out[i] = descriptorJSON{Key: d.Key, Value: d.Value, Algorithm: string(d.Algorithm), Burst: d.Burst,
 			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, FailureMode: string(d.FailureMode),
-			ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold, Calendar: d.Calendar, Shards: d.Shards,
+			ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold, Metadata: d.Metadata, Calendar: d.Calendar, Shards: d.Shards,
 			OnLimit: onLimit(d.OnLimit)}
 		if rl := d.RateLimit; rl != nil {
 			out[i].RateLimit = &rateLimitJSON{Unit: string(rl.Unit), RequestsPerUnit: rl.RequestsPerUnit,

@@ -19,6 +19,7 @@ descriptors:
   - key: b
     algorithm: token_bucket
     rate_limit: {unit: second, requests_per_unit: 5}
+    metadata: {owner: {team: edge}, since: 2024-01-02}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +30,9 @@ descriptors:
 	}
 	if !strings.Contains(string(out), `"default_algorithm":"fixed_window"`) {
 		t.Errorf("config = %s, want default_algorithm kept", out)
+	}
+	if !strings.Contains(string(out), `"metadata":{"owner":{"team":"edge"},"since":"2024-01-02T00:00:00Z"}`) {
+		t.Errorf("config = %s, want b's metadata kept", out)
 	}
 	ls := limitsOf(d)
 	if len(ls) != 2 || ls[0].Algorithm != "fixed_window" || ls[1].Algorithm != "token_bucket" {
