@@ -236,6 +236,7 @@ func limitFields(l *Limit) []FieldChange {
 	f := []FieldChange{
 		{Field: "rate_limit.unit", After: string(l.Unit)},
 		{Field: "rate_limit.requests_per_unit", After: num(l.RequestsPerUnit)},
+		{Field: "rate_limit.unit_multiplier", After: multiplier(l)},
 		{Field: "rate_limit.unlimited", After: flag(l.Unlimited)},
 		{Field: "rate_limit.name", After: l.Name},
 		{Field: "rate_limit.replaces", After: strings.Join(l.Replaces, ", ")},
@@ -245,7 +246,7 @@ func limitFields(l *Limit) []FieldChange {
 		{Field: "share_threshold", After: strings.Join(shared, ", ")},
 	}
 	if l.Unlimited {
-		f[1].After = ""
+		f[1].After, f[2].After = "", ""
 		return f // nothing else applies
 	}
 	maxDelay := ""
@@ -321,4 +322,13 @@ func describeRequestDescriptor(rd RequestDescriptor) string {
 		parts[i] = e.Key + "=" + src
 	}
 	return strings.Join(parts, ", ")
+}
+
+// multiplier is l's unit_multiplier; "" for the default, 1, which most
+// limits have and a diff need not list.
+func multiplier(l *Limit) string {
+	if p := l.Unit.Period(); p > 0 && l.Period/p > 1 {
+		return strconv.FormatInt(int64(l.Period/p), 10)
+	}
+	return ""
 }

@@ -267,6 +267,9 @@ func rateLimitNode(rl *RateLimit) *yaml.Node {
 		// 0 is meaningful (it blocks) and the field is required.
 		m.add("requests_per_unit", intNode(int64(rl.RequestsPerUnit)))
 	}
+	if rl.UnitMultiplier != 0 {
+		m.add("unit_multiplier", intNode(int64(rl.UnitMultiplier)))
+	}
 	m.flag("unlimited", rl.Unlimited)
 	if rl.Name != "" {
 		m.add("name", textNode(rl.Name))

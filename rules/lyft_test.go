@@ -3,7 +3,9 @@ package rules
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 )
@@ -102,6 +104,9 @@ func TestLyftConfigs(t *testing.T) {
 		{"example.yaml", "rl", "qux=x", lyftWant{0, "", true, false, "qux"}},
 		{"config.yaml", "mongo_cps", "database=users", lyftWant{5, Minute, false, false, "database_users"}},
 		{"config.yaml", "mongo_cps", "database=other", lyftWant{}},
+		// unit_multiplier.yaml: the period is unit times unit_multiplier.
+		{"unit_multiplier.yaml", "test-domain", "key1=a", lyftWant{20, Minute, false, false, "key1"}},
+		{"unit_multiplier.yaml", "test-domain", "key2=a", lyftWant{25, Minute, false, false, "key2"}},
 	}
 	for _, tt := range tests {
 		_, s := lyftFile(t, tt.file)
@@ -211,5 +216,25 @@ func TestWildcardMatch(t *testing.T) {
 		if got := wildcardMatch(tt.pattern, tt.value); got != tt.want {
 			t.Errorf("wildcardMatch(%q, %q) = %t, want %t", tt.pattern, tt.value, got, tt.want)
 		}
+	}
+}
+
+// TestLyftUnitMultiplier: a limit's period is its unit times
+// unit_multiplier, and a multiplier of 0 is refused, as Lyft refuses it.
+func TestLyftUnitMultiplier(t *testing.T) {
+	_, s := lyftFile(t, "unit_multiplier.yaml")
+	if l := s.Match("test-domain", entries("key1=a")); l.Period != 5*time.Minute {
+		t.Errorf("key1: period %v, want 5m", l.Period)
+	}
+	if l := s.Match("test-domain", entries("key2=a")); l.Period != time.Minute {
+		t.Errorf("key2: period %v, want 1m", l.Period)
+	}
+	src, err := os.ReadFile("testdata/lyft/zero_unit_multiplier.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Parse("zero_unit_multiplier.yaml", src)
+	if err == nil || !strings.Contains(err.Error(), "zero_unit_multiplier.yaml:8:24: descriptors[0].rate_limit.unit_multiplier: unit_multiplier must be greater than 0") {
+		t.Errorf("unit_multiplier 0: %v, want refused with its position", err)
 	}
 }

@@ -32,7 +32,7 @@ type Limit struct {
 	ShadowMode      bool
 	DetailedMetric  bool
 	FailureMode     FailureMode
-	Period          time.Duration // Unit.Period(); 0 when Unlimited
+	Period          time.Duration // Unit.Period() times unit_multiplier; 0 when Unlimited
 	// Calendar makes fixed_window count in UTC calendar windows (a day from
 	// 00:00 UTC, a week from Monday, a month from the 1st, a year from
 	// 1 January) rather than in Period-long windows; see Unit.
@@ -250,7 +250,7 @@ func newLimit(domain string, def Algorithm, name string, d *Descriptor, path []L
 	}
 	if !rl.Unlimited {
 		l.Unit = rl.Unit
-		l.Period = rl.Unit.Period()
+		l.Period = rl.Unit.Period() * time.Duration(max(rl.UnitMultiplier, 1))
 	}
 	if ol := d.OnLimit; ol != nil {
 		l.OnLimit = OnLimit{Action: cmp.Or(ol.Action, Reject), MaxDelay: ol.MaxDelay, Status: cmp.Or(ol.Status, DefaultStatus)}

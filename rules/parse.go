@@ -318,6 +318,12 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *RateLimit {
 	case !known:
 		rl.RequestsPerUnit = MaxRequestsPerUnit // as above
 	}
+	switch v := f["unit_multiplier"]; {
+	case !isNull(v) && rl.Unlimited:
+		p.fail(v, join(path, "unit_multiplier"), "an unlimited rate limit takes no unit_multiplier")
+	case !isNull(v):
+		rl.UnitMultiplier = uint32(p.whole(v, join(path, "unit_multiplier"), "unit_multiplier", 1, MaxUnitMultiplier))
+	}
 	if !known {
 		// The checker would otherwise ask for what the user may not need.
 		p.bad[join(path, "unit")] = true

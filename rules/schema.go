@@ -102,6 +102,8 @@ var objects = []*object{
 				doc: "The period requests are counted over (case-insensitive)."},
 			{name: "requests_per_unit", kind: intKind, min: 0, max: MaxRequestsPerUnit,
 				doc: "Requests allowed per unit; 0 rejects every request."},
+			{name: "unit_multiplier", kind: intKind, min: 1, max: MaxUnitMultiplier,
+				doc: "The period is this many units (default 1): unit minute with unit_multiplier 5 counts requests_per_unit per 5 minutes. At most a year."},
 			{name: "unlimited", kind: boolKind, doc: "No limit: matched and reported, never counted."},
 			{name: "name", kind: textKind,
 				doc: "The limit's name in metrics, headers and replaces (default: the descriptor path, like key_value.key)."},
@@ -110,7 +112,7 @@ var objects = []*object{
 		},
 		extra: map[string]any{
 			"if":   map[string]any{"properties": map[string]any{"unlimited": map[string]any{"const": true}}, "required": []string{"unlimited"}},
-			"then": map[string]any{"not": map[string]any{"anyOf": []any{map[string]any{"required": []string{"unit"}}, map[string]any{"required": []string{"requests_per_unit"}}}}},
+			"then": map[string]any{"not": map[string]any{"anyOf": []any{map[string]any{"required": []string{"unit"}}, map[string]any{"required": []string{"requests_per_unit"}}, map[string]any{"required": []string{"unit_multiplier"}}}}},
 			"else": map[string]any{"required": []string{"unit", "requests_per_unit"}},
 		},
 	},

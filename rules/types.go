@@ -95,6 +95,11 @@ const (
 	DefaultStatus = 429
 	// MaxShards bounds shards.
 	MaxShards = 64
+	// MaxPeriod bounds a limit's period (its unit times unit_multiplier):
+	// one year, the longest unit.
+	MaxPeriod = 365 * 24 * time.Hour
+	// MaxUnitMultiplier bounds unit_multiplier: a year of seconds.
+	MaxUnitMultiplier = 365 * 24 * 60 * 60
 )
 
 // Domain is one domain's configuration: the unit of publishing.
@@ -151,9 +156,13 @@ type RateLimit struct {
 	// RequestsPerUnit may be 0: as in Lyft, such a limit rejects every
 	// request (a block list entry).
 	RequestsPerUnit uint32
-	Unlimited       bool
-	Name            string
-	Replaces        []string
+	// UnitMultiplier is Lyft's unit_multiplier: the limit's period is this
+	// many units (5 minutes, 30 seconds). 0 and 1 mean one unit; the period
+	// is at most MaxPeriod.
+	UnitMultiplier uint32
+	Unlimited      bool
+	Name           string
+	Replaces       []string
 }
 
 // OnLimit says what happens to a request over its limit.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -190,6 +191,9 @@ func (c *checker) rateLimit(rl *RateLimit, path, defaultName string, register bo
 		if rl.RequestsPerUnit != 0 {
 			c.fail(join(path, "requests_per_unit"), "an unlimited rate limit takes no requests_per_unit")
 		}
+		if rl.UnitMultiplier != 0 {
+			c.fail(join(path, "unit_multiplier"), "an unlimited rate limit takes no unit_multiplier")
+		}
 	} else {
 		if rl.Unit == "" {
 			c.fail(join(path, "unit"), "unit is required "+unitList)
@@ -198,6 +202,12 @@ func (c *checker) rateLimit(rl *RateLimit, path, defaultName string, register bo
 		}
 		if msg := rangeProblem("requests_per_unit", int64(rl.RequestsPerUnit), 0, MaxRequestsPerUnit); msg != "" {
 			c.fail(join(path, "requests_per_unit"), msg)
+		}
+		if m := rl.UnitMultiplier; m > 1 {
+			// Compare before multiplying, so nothing can overflow.
+			if p := rl.Unit.Period(); p > 0 && (m > MaxUnitMultiplier || time.Duration(m) > MaxPeriod/p) {
+				c.fail(join(path, "unit_multiplier"), fmt.Sprintf("%d × %s is longer than a year, the longest period", m, rl.Unit))
+			}
 		}
 	}
 
@@ -279,6 +289,8 @@ func (c *checker) extensions(d *Descriptor, path string) {
 			c.fail(join(path, "calendar"), msg)
 		case unit.Period() != 0 && !slices.Contains(calendarUnits, unit):
 			c.fail(join(path, "calendar"), fmt.Sprintf("calendar windows need a unit of %s, not %s", orList(calendarUnits), unit))
+		case d.RateLimit.UnitMultiplier > 1:
+			c.fail(join(path, "calendar"), "calendar windows are one unit long: they take no unit_multiplier")
 		}
 	}
 	if d.Shards != 0 {

@@ -68,6 +68,7 @@ type descriptorJSON struct {
 type rateLimitJSON struct {
 	Unit            string   `json:"unit,omitempty"`
 	RequestsPerUnit uint32   `json:"requests_per_unit,omitempty"`
+	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
 	Unlimited       bool     `json:"unlimited,omitempty"`
 	Name            string   `json:"name,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
@@ -93,7 +94,7 @@ func descriptorsJSON(ds []rules.Descriptor) []descriptorJSON {
 			ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold, Metadata: d.Metadata, Calendar: d.Calendar, Shards: d.Shards,
 			OnLimit: onLimit(d.OnLimit)}
 		if rl := d.RateLimit; rl != nil {
-			out[i].RateLimit = &rateLimitJSON{Unit: string(rl.Unit), RequestsPerUnit: rl.RequestsPerUnit,
+			out[i].RateLimit = &rateLimitJSON{Unit: string(rl.Unit), RequestsPerUnit: rl.RequestsPerUnit, UnitMultiplier: rl.UnitMultiplier,
 				Unlimited: rl.Unlimited, Name: rl.Name, Replaces: rl.Replaces}
 		}
 		if len(d.Descriptors) > 0 {
@@ -112,6 +113,7 @@ type limitJSON struct {
 	Name            string       `json:"name"` // rate_limit.name, else Path
 	Unit            string       `json:"unit,omitempty"`
 	RequestsPerUnit uint32       `json:"requests_per_unit"`
+	UnitMultiplier  uint32       `json:"unit_multiplier,omitempty"` // when more than 1
 	Burst           uint32       `json:"burst"`
 	Algorithm       string       `json:"algorithm"`
 	Unlimited       bool         `json:"unlimited"`
@@ -145,6 +147,9 @@ func limitOf(desc rules.Descriptor, def rules.Algorithm, path string) limitJSON 
 		Shards: max(desc.Shards, 1), OnLimit: onLimit(desc.OnLimit), Replaces: rl.Replaces}
 	if !rl.Unlimited {
 		l.Unit = string(rl.Unit)
+		if rl.UnitMultiplier > 1 {
+			l.UnitMultiplier = rl.UnitMultiplier
+		}
 	}
 	return l
 }

@@ -23,6 +23,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 4}
   - key: blocked
     rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: slow
+    rate_limit: {unit: minute, requests_per_unit: 2, unit_multiplier: 5}
 `
 
 // lyftEngine runs on the real test Redis through a Batcher, as a node's
@@ -134,4 +136,19 @@ func req2(domain string, descriptors ...[]rules.Entry) engine.Request {
 		r.Descriptors = append(r.Descriptors, engine.Descriptor{Entries: d})
 	}
 	return r
+}
+
+// TestCheckUnitMultiplier: Lyft's unit_multiplier makes the period that
+// many units: 2 per 5 minutes refills a token every 2.5 minutes.
+func TestCheckUnitMultiplier(t *testing.T) {
+	eng := lyftEngine(t)
+	for i := range 2 {
+		if res := check(t, eng, req2("lyft", entry("slow", "s"))); res.Code != engine.OK {
+			t.Fatalf("#%d: %v, want ok", i+1, res.Code)
+		}
+	}
+	res := check(t, eng, req2("lyft", entry("slow", "s")))
+	if s := res.Statuses[0]; res.Code != engine.OverLimit || s.RetryAfter < 2*time.Minute || s.RetryAfter > 150*time.Second {
+		t.Errorf("#3: %v retry after %v, want over_limit for about 2.5 minutes", res.Code, s.RetryAfter)
+	}
 }
