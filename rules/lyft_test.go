@@ -238,3 +238,47 @@ func TestLyftUnitMultiplier(t *testing.T) {
 		t.Errorf("unit_multiplier 0: %v, want refused with its position", err)
 	}
 }
+
+// TestMetadataRoundTrip: whatever a metadata mapping holds survives Format
+// and FormatSource (comments included), and reads back the same.
+func TestMetadataRoundTrip(t *testing.T) {
+	src := []byte(`domain: meta
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+    # who owns it
+    metadata:
+      owner: edge # the team
+      since: 2024-01-02
+      tags: [a, "b c", 3, true, null]
+      nested: {deep: {deeper: [1, {x: y}]}}
+      blob: !!binary aGk=
+      "quoted key": 'single'
+      empty: {}
+`)
+	d, err := Parse("meta.yaml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range [][]byte{Format(d), mustFormatSource(t, src)} {
+		back, err := Parse("again.yaml", out)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if diff := gocmp.Diff(d, back); diff != "" {
+			t.Errorf("round trip (-d +back):\n%s\n%s", diff, out)
+		}
+	}
+	if got := string(mustFormatSource(t, src)); !strings.Contains(got, "# the team") || !strings.Contains(got, "# who owns it") {
+		t.Errorf("FormatSource lost metadata comments:\n%s", got)
+	}
+}
+
+func mustFormatSource(t *testing.T, src []byte) []byte {
+	t.Helper()
+	out, err := FormatSource("meta.yaml", src)
+	if err != nil {
+		t.Fatalf("FormatSource: %v", err)
+	}
+	return out
+}
