@@ -25,6 +25,13 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 0}
   - key: slow
     rate_limit: {unit: minute, requests_per_unit: 2, unit_multiplier: 5}
+  - key: midpath
+    value: /api*v1
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: tenant
+    value: t*prod
+    rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
 // lyftEngine runs on the real test Redis through a Batcher, as a node's
@@ -150,5 +157,32 @@ func TestCheckUnitMultiplier(t *testing.T) {
 	res := check(t, eng, req2("lyft", entry("slow", "s")))
 	if s := res.Statuses[0]; res.Code != engine.OverLimit || s.RetryAfter < 2*time.Minute || s.RetryAfter > 150*time.Second {
 		t.Errorf("#3: %v retry after %v, want over_limit for about 2.5 minutes", res.Code, s.RetryAfter)
+	}
+}
+
+// TestCheckWildcardInsideValue: a wildcard inside a value matches as in
+// Lyft; with share_threshold its values share one counter, without it each
+// value has its own.
+func TestCheckWildcardInsideValue(t *testing.T) {
+	eng := lyftEngine(t)
+	for i, path := range []string{"/api/users/v1", "/api/orders/v1", "/apiv1"} {
+		want := engine.OK
+		if i == 2 {
+			want = engine.OverLimit
+		}
+		if res := check(t, eng, req2("lyft", entry("midpath", path))); res.Code != want {
+			t.Errorf("%s: %v, want %v (one counter of 2 for every /api*v1)", path, res.Code, want)
+		}
+	}
+	if res := check(t, eng, req2("lyft", entry("midpath", "/api/users/v2"))); res.Statuses[0].Limit != nil {
+		t.Errorf("/api/users/v2 matched %v, want no limit", res.Statuses[0].Limit.Name)
+	}
+	for _, tenant := range []string{"t1prod", "t2prod"} {
+		if res := check(t, eng, req2("lyft", entry("tenant", tenant))); res.Code != engine.OK {
+			t.Errorf("%s: %v, want ok (a counter per value)", tenant, res.Code)
+		}
+	}
+	if res := check(t, eng, req2("lyft", entry("tenant", "t1prod"))); res.Code != engine.OverLimit {
+		t.Errorf("t1prod again: %v, want over_limit", res.Code)
 	}
 }
