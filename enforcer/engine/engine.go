@@ -471,14 +471,12 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	if len(reqs) == 0 {
 		return res, nil
 	}
+
 	if res.Code == OverLimit {
 		// A blocking limit rejected: consume nothing, but say what remains
 		// of the others, as Lyft does.
 		e.peek(ctx, &res, reqs, idx, idx)
-		return res, nil
-	}
-
-	if err := e.decide(ctx, false, &res, reqs, idx); err != nil {
+	} else if err := e.decide(ctx, false, &res, reqs, idx); err != nil {
 		res.StoreErr = err
 		e.failureModes(ctx, &res, reqs, idx, adj)
 	} else if res.Code == OverLimit {

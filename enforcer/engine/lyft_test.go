@@ -23,6 +23,9 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 4}
   - key: blocked
     rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: sharded
+    rate_limit: {unit: minute, requests_per_unit: 40}
+    shards: 4
   - key: slow
     rate_limit: {unit: minute, requests_per_unit: 2, unit_multiplier: 5}
   - key: midpath
@@ -130,6 +133,11 @@ func TestCheckRemainingWhenAnotherIsOver(t *testing.T) {
 	}
 	if g := res.Statuses[1]; g.Code != engine.OK || !g.Limited() || g.Remaining != 1 {
 		t.Errorf("global next to a blocking limit: %v limited=%t remaining %d, want ok, 1 remaining", g.Code, g.Limited(), g.Remaining)
+	}
+	// A sharded limit reports its whole remaining, not one shard's.
+	res = check(t, eng, req2("lyft", entry("blocked", "x"), entry("sharded", "s")))
+	if g := res.Statuses[1]; !g.Limited() || g.Remaining != 40 {
+		t.Errorf("sharded next to a blocking limit: limited=%t remaining %d, want 40", g.Limited(), g.Remaining)
 	}
 	// Nothing was consumed by any of the rejected requests.
 	if res := check(t, eng, two("fresh")); res.Code != engine.OK || res.Statuses[1].Remaining != 0 {
