@@ -50,8 +50,10 @@ type Files struct {
 	interval time.Duration
 
 	mu      sync.Mutex // serializes loads
-	seen    [sha256.Size]byte
+	seen    [sha256.Size]byte // the contents last parsed
+	seenErr error             // and why they were refused; nil: applied
 	tried   bool
+	readErr string // the last error reading the directory, logged once
 	version int64
 
 	reloads  *prometheus.CounterVec
@@ -95,18 +97,27 @@ func (f *Files) Dir() string { return f.dir }
 // Load reads the directory and, when its contents changed since the last
 // Load, applies them all or nothing. It returns the problems of contents
 // it refused (a *rules.ValidationError) or the error reading them; the
-// engine then keeps its rules. Unchanged contents are not parsed again.
+// engine then keeps its rules. Unchanged contents are not parsed again
+// (Load returns what it returned for them).
 func (f *Files) Load() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	files, sum, err := readRulesDir(f.dir)
 	if err != nil {
-		// Not remembered as seen: the next poll tries again.
-		f.fail(err)
+		// Not remembered as seen: the next poll tries again. The same
+		// error again (a directory gone for a while) is not news.
+		if err.Error() != f.readErr {
+			f.readErr = err.Error()
+			f.fail(err)
+		}
 		return err
 	}
+	f.readErr = ""
 	if f.tried && sum == f.seen {
-		return nil
+		if f.seenErr == nil {
+			f.lastOK.Set(1) // back after a read error, as it was
+		}
+		return f.seenErr
 	}
 	f.seen, f.tried = sum, true
 	domains, err := rules.ParseOptions{DefaultAlgorithm: FileModeAlgorithm}.ParseAll(files)
@@ -114,12 +125,12 @@ func (f *Files) Load() error {
 	if err == nil {
 		set, err = rules.Compile(domains)
 	}
-	if err != nil {
-		f.fail(err)
-		return err
+	if err == nil {
+		f.version++
+		err = f.eng.Apply(f.version, set)
 	}
-	f.version++
-	if err := f.eng.Apply(f.version, set); err != nil {
+	f.seenErr = err
+	if err != nil {
 		f.fail(err)
 		return err
 	}
@@ -151,7 +162,8 @@ func (f *Files) fail(err error) {
 }
 
 // Run loads the directory every poll interval until ctx is done. Refused
-// contents are logged once per change, not once per poll.
+// contents, and errors reading the directory, are logged (and counted as
+// failed reloads) once per change, not once per poll.
 func (f *Files) Run(ctx context.Context) error {
 	t := time.NewTicker(f.interval)
 	defer t.Stop()

@@ -197,3 +197,47 @@ func TestFileModeConfig(t *testing.T) {
 		t.Errorf("after the fix: %v, loaded %t", err, n.Engine.Loaded())
 	}
 }
+
+// TestFileModeDirectoryGone: a directory that disappears keeps the rules,
+// and says so once, not at every poll; when it is back, it is loaded.
+func TestFileModeDirectoryGone(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "rules")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "lyft.yaml"), lyftFile)
+	n, reg, logs := fileNode(t, dir)
+	if err := os.Rename(dir, dir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := n.Files.Load(); err == nil {
+			t.Fatal("a missing directory loaded")
+		}
+	}
+	if got := strings.Count(logs.String(), "read rules dir"); got != 1 {
+		t.Errorf("the missing directory was logged %d times, want once:\n%s", got, logs.String())
+	}
+	if !n.Engine.Loaded() {
+		t.Error("the rules were dropped")
+	}
+	if err := os.Rename(dir+".away", dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Files.Load(); err != nil {
+		t.Fatal(err)
+	}
+	reloads := `
+		# HELP sluice_enforcer_rules_reloads_total Loads of the rules directory (file mode) by result: applied, or failed (the previous rules kept).
+		# TYPE sluice_enforcer_rules_reloads_total counter
+		sluice_enforcer_rules_reloads_total{result="applied"} 1
+		sluice_enforcer_rules_reloads_total{result="failed"} 1
+		# HELP sluice_enforcer_rules_last_reload_successful 1 when the rules directory's current contents are applied, 0 when they were refused (file mode).
+		# TYPE sluice_enforcer_rules_last_reload_successful gauge
+		sluice_enforcer_rules_last_reload_successful 1
+	`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(reloads), "sluice_enforcer_rules_reloads_total", "sluice_enforcer_rules_last_reload_successful"); err != nil {
+		t.Error(err)
+	}
+}
