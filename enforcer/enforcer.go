@@ -1,5 +1,6 @@
 // Package enforcer is a Sluice enforcer node: it subscribes to the console
-// for rulesets, counts requests in Redis, and answers rate-limit checks over
+// for rulesets (or, in file mode, reads them from a directory of Lyft-format
+// files), counts requests in Redis, and answers rate-limit checks over
 // HTTP (POST /json, POST /v1/check) and gRPC (Envoy RLS v3), and, in
 // gateway mode, rate-limits the traffic it proxies to an upstream.
 //
