@@ -144,6 +144,7 @@ func limitsOf(d *Domain) map[string]*Limit {
 	if d == nil {
 		return limits
 	}
+	def := d.DefaultAlgorithm
 	var walk func(ds []Descriptor, parentName string, path []Level, depth int)
 	walk = func(ds []Descriptor, parentName string, path []Level, depth int) {
 		if depth > MaxDepth {
@@ -154,7 +155,7 @@ func limitsOf(d *Domain) map[string]*Limit {
 			name := pathName(parentName, d)
 			p := append(path[:len(path):len(path)], Level{Key: d.Key, Value: d.Value, ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold})
 			if d.RateLimit != nil {
-				l := newLimit("", name, d, p)
+				l := newLimit("", def, name, d, p)
 				limits[pathKey(l.Path)] = l
 			}
 			walk(d.Descriptors, name, p, depth+1)

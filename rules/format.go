@@ -146,6 +146,9 @@ func spaceOut(src []byte) []byte {
 func domainNode(d *Domain) *yaml.Node {
 	m := mappingNode()
 	m.add("domain", textNode(d.Name))
+	if d.DefaultAlgorithm != "" {
+		m.add("default_algorithm", textNode(string(d.DefaultAlgorithm)))
+	}
 	if len(d.RequestDescriptors) > 0 {
 		list := seqNode()
 		for _, rd := range d.RequestDescriptors {
@@ -207,6 +210,13 @@ func descriptorNode(d *Descriptor) *yaml.Node {
 			m.flag(f, d.ValueToMetric)
 		case "share_threshold":
 			m.flag(f, d.ShareThreshold)
+		case "metadata":
+			if len(d.Metadata) > 0 {
+				var n yaml.Node
+				if n.Encode(d.Metadata) == nil {
+					m.add(f, &n)
+				}
+			}
 		case "algorithm":
 			if d.Algorithm != "" {
 				m.add(f, textNode(string(d.Algorithm)))

@@ -160,6 +160,9 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	} else {
 		d.Name = p.text(v, "domain", "domain")
 	}
+	if v := f["default_algorithm"]; !isNull(v) {
+		d.DefaultAlgorithm = Algorithm(p.text(v, "default_algorithm", "default_algorithm"))
+	}
 	if v := f["request_descriptors"]; !isNull(v) {
 		d.RequestDescriptors = p.requestDescriptors(v, "request_descriptors")
 	}
@@ -231,6 +234,9 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 	}
 	if v := f["share_threshold"]; !isNull(v) {
 		d.ShareThreshold, _ = p.boolean(v, join(path, "share_threshold"), "share_threshold")
+	}
+	if v := f["metadata"]; !isNull(v) {
+		d.Metadata = p.anyMapping(v, join(path, "metadata"), "metadata")
 	}
 	if v := f["algorithm"]; !isNull(v) {
 		d.Algorithm = Algorithm(p.text(v, join(path, "algorithm"), "algorithm"))
@@ -451,6 +457,64 @@ func (p *parser) mapping(n *yaml.Node, path, subject string, known []string) map
 		fields[name] = v
 	}
 	return fields
+}
+
+// anyMapping decodes a mapping of anything (Lyft's metadata). Its content
+// is free, but anchors and aliases are refused anywhere inside it, as
+// everywhere else.
+func (p *parser) anyMapping(n *yaml.Node, path, field string) map[string]any {
+	if !p.plainTree(n, path) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.fail(n, path, field+" must be a mapping, not "+describe(n))
+		return nil
+	}
+	var m map[string]any
+	if err := n.Decode(&m); err != nil || !textKeys(m) {
+		// Keys that are not text, such as a list used as a key: the API
+		// could not show them as JSON.
+		p.fail(n, path, field+" must be a mapping with text keys")
+		return nil
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// textKeys reports whether every mapping inside v has text keys.
+func textKeys(v any) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, e := range v {
+			if !textKeys(e) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if !textKeys(e) {
+				return false
+			}
+		}
+	case map[any]any:
+		return false
+	}
+	return true
+}
+
+// plainTree is plain for n and everything below it.
+func (p *parser) plainTree(n *yaml.Node, path string) bool {
+	if !p.plain(n, path) {
+		return false
+	}
+	for _, c := range n.Content {
+		if !p.plainTree(c, path) {
+			return false
+		}
+	}
+	return true
 }
 
 // plain reports anchors and aliases. Refusing them keeps a small document

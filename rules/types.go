@@ -100,6 +100,11 @@ const (
 // Domain is one domain's configuration: the unit of publishing.
 type Domain struct {
 	Name string
+	// DefaultAlgorithm is Sluice's default_algorithm: the algorithm of every
+	// limit in the domain that names none. "" means TokenBucket. File mode
+	// and the Lyft import count Lyft files, which have none, as FixedWindow,
+	// as Lyft does.
+	DefaultAlgorithm Algorithm
 	// RequestDescriptors tell the enforcer's gateway mode how to build a
 	// request's descriptors from an HTTP request. Envoy and the check APIs
 	// send descriptors themselves and ignore it.
@@ -110,7 +115,10 @@ type Domain struct {
 // Descriptor is one node of a domain's descriptor tree.
 type Descriptor struct {
 	Key   string
-	Value string // "" matches any value (one counter per value); "p*" is a prefix
+	// Value "" matches any value (one counter per value); a value with "*"
+	// is a wildcard, each "*" standing for any run of characters, none
+	// included ("p*" is a prefix, "/api*v1" a prefix and a suffix).
+	Value string
 
 	RateLimit      *RateLimit // nil: no limit at this node
 	ShadowMode     bool
@@ -122,9 +130,12 @@ type Descriptor struct {
 	// every value matching the wildcard counts against one shared counter
 	// instead of one counter per value.
 	ShareThreshold bool
+	// Metadata is Lyft's metadata: a mapping of anything, kept with the
+	// descriptor and its file, never read by the enforcer.
+	Metadata map[string]any
 
 	// Sluice's extensions; they need a RateLimit that is not unlimited.
-	Algorithm   Algorithm   // "" means TokenBucket
+	Algorithm   Algorithm   // "" means the domain's DefaultAlgorithm
 	Burst       uint32      // 0 means RequestsPerUnit; token and leaky buckets only
 	Calendar    bool        // fixed_window only: UTC calendar windows (see Unit)
 	Shards      uint32      // 0 means 1: spread a hot counter over this many keys

@@ -14,6 +14,7 @@ import (
 // domainJSON is a domain's configuration as written (defaults not filled in).
 type domainJSON struct {
 	Domain             string                  `json:"domain"`
+	DefaultAlgorithm   string                  `json:"default_algorithm,omitempty"`
 	RequestDescriptors []requestDescriptorJSON `json:"request_descriptors,omitempty"`
 	Descriptors        []descriptorJSON        `json:"descriptors"`
 }
@@ -72,7 +73,7 @@ type rateLimitJSON struct {
 }
 
 func domainConfig(d *rules.Domain) domainJSON {
-	out := domainJSON{Domain: d.Name, Descriptors: descriptorsJSON(d.Descriptors)}
+	out := domainJSON{Domain: d.Name, DefaultAlgorithm: string(d.DefaultAlgorithm), Descriptors: descriptorsJSON(d.Descriptors)}
 	for _, rd := range d.RequestDescriptors {
 		entries := make([]requestEntryJSON, len(rd.Entries))
 		for i, e := range rd.Entries {
@@ -132,11 +133,12 @@ func limitsOf(d *rules.Domain) []limitJSON {
 	return out
 }
 
-// limitOf is desc's limit, at path, with the defaults the enforcer applies.
-func limitOf(desc rules.Descriptor, path string) limitJSON {
+// limitOf is desc's limit, at path, with the defaults the enforcer applies;
+// def is the domain's default_algorithm.
+func limitOf(desc rules.Descriptor, def rules.Algorithm, path string) limitJSON {
 	rl := desc.RateLimit
 	l := limitJSON{Path: path, Name: cmp.Or(rl.Name, path), RequestsPerUnit: rl.RequestsPerUnit,
-		Burst: cmp.Or(desc.Burst, rl.RequestsPerUnit), Algorithm: string(cmp.Or(desc.Algorithm, rules.TokenBucket)),
+		Burst: cmp.Or(desc.Burst, rl.RequestsPerUnit), Algorithm: string(cmp.Or(desc.Algorithm, def, rules.TokenBucket)),
 		Unlimited: rl.Unlimited, ShadowMode: desc.ShadowMode, DetailedMetric: desc.DetailedMetric,
 		FailureMode: string(cmp.Or(desc.FailureMode, rules.FailOpen)), Calendar: desc.Calendar,
 		Shards: max(desc.Shards, 1), OnLimit: onLimit(desc.OnLimit), Replaces: rl.Replaces}
@@ -165,7 +167,7 @@ func pathLimits(d *rules.Domain) []pathLimit {
 		for _, desc := range ds {
 			p := append(path[:len(path):len(path)], entryJSON{Key: desc.Key, Value: desc.Value})
 			if desc.RateLimit != nil {
-				out = append(out, pathLimit{p, limitOf(desc, pathName(p))})
+				out = append(out, pathLimit{p, limitOf(desc, d.DefaultAlgorithm, pathName(p))})
 			}
 			walk(desc.Descriptors, p)
 		}

@@ -30,6 +30,7 @@ export const fallbackSchema: JSONSchema = {
   type: 'object',
   properties: {
     domain: { type: 'string', description: 'the domain name requests carry' },
+    default_algorithm: { enum: [...algorithms], default: 'token_bucket', description: 'algorithm of every limit that names none' },
     descriptors: { type: 'array', items: { $ref: '#/$defs/descriptor' }, description: 'the descriptor tree' },
   },
   $defs: {
