@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // ctlConsole is a real console on a fresh database, signed in as admin,
@@ -592,5 +593,102 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCtlImportLyft imports Lyft's own example config directory
+// (envoyproxy/ratelimit's examples/ratelimit/config) plus a CRLF file and
+// one that picks its algorithm: one version, every file byte for byte but
+// for the added default_algorithm line, and limits that count in fixed
+// windows as Lyft's do.
+func TestCtlImportLyft(t *testing.T) {
+	c := startCtlConsole(t)
+	c.publish(t, "mine", ctlYAML("mine", 1), 0)
+	dir := t.TempDir()
+	originals := map[string]string{} // domain → file content
+	for file, domain := range map[string]string{"example.yaml": "rl", "config.yaml": "mongo_cps"} {
+		src := readRule(t, filepath.Join("..", "..", "rules", "testdata", "lyft", file))
+		writeRule(t, filepath.Join(dir, file), src)
+		originals[domain] = src
+	}
+	originals["win"] = strings.ReplaceAll("# from Windows\ndomain: win\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n", "\n", "\r\n")
+	writeRule(t, filepath.Join(dir, "windows.yaml"), originals["win"])
+	originals["tb"] = "domain: tb\ndefault_algorithm: token_bucket\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+	writeRule(t, filepath.Join(dir, "tb.yaml"), originals["tb"])
+
+	out, _ := c.mustCtl(t, 0, "rules", "import", dir, "-m", "from lyft")
+	if !strings.Contains(out, "published version 2 (set mongo_cps, rl, tb, win)") {
+		t.Fatalf("import: %q", out)
+	}
+	vs := c.versions(t)
+	if len(vs) != 2 || strings.Join(vs[0].Domains, ",") != "mongo_cps,rl,tb,win" || vs[0].Message != "from lyft" {
+		t.Fatalf("versions after import: %+v", vs)
+	}
+	var snap struct {
+		Domains []struct{ Name, YAML string } `json:"domains"`
+	}
+	c.admin.mustDo(t, "GET", "/api/v1/ruleset", nil, 200, &snap)
+	for _, d := range snap.Domains {
+		orig, ok := originals[d.Name]
+		if !ok {
+			continue
+		}
+		if d.Name == "tb" {
+			if d.YAML != orig {
+				t.Errorf("tb, which sets its algorithm, was changed:\n%s", d.YAML)
+			}
+			continue
+		}
+		eol := "\n"
+		if strings.Contains(orig, "\r\n") {
+			eol = "\r\n"
+		}
+		if n := strings.Count(d.YAML, "default_algorithm: fixed_window"+eol); n != 1 {
+			t.Errorf("%s has %d default_algorithm lines:\n%s", d.Name, n, d.YAML)
+		}
+		if back := strings.Replace(d.YAML, "default_algorithm: fixed_window"+eol, "", 1); back != orig {
+			t.Errorf("%s is not the file plus one line:\n%q\nwant\n%q", d.Name, back, orig)
+		}
+		dom, err := rules.Parse(d.Name+".yaml", []byte(d.YAML))
+		if err != nil {
+			t.Fatalf("%s: %v", d.Name, err)
+		}
+		set, err := rules.Compile([]*rules.Domain{dom})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Lyft's example: foo=any/bar=any is 3 a minute, counted in a fixed window.
+		entries := map[string][]rules.Entry{
+			"rl":        {{Key: "foo", Value: "x"}, {Key: "bar", Value: "y"}},
+			"mongo_cps": {{Key: "database", Value: "users"}},
+			"win":       {{Key: "k", Value: "v"}},
+		}[d.Name]
+		l := set.Match(d.Name, entries)
+		if l == nil || l.Algorithm != rules.FixedWindow {
+			t.Errorf("%s %v matches %+v, want a fixed_window limit", d.Name, entries, l)
+		}
+	}
+	if len(snap.Domains) != 5 {
+		t.Errorf("the console has %d domains, want the 4 imported and mine", len(snap.Domains))
+	}
+
+	// Again: nothing to do. Changed in Lyft since: refused unless --force.
+	if out, _ := c.mustCtl(t, 0, "rules", "import", dir); !strings.Contains(out, "no changes") {
+		t.Fatalf("second import: %q", out)
+	}
+	writeRule(t, filepath.Join(dir, "tb.yaml"), strings.Replace(originals["tb"], "5}", "6}", 1))
+	if _, errOut := c.mustCtl(t, 1, "rules", "import", dir); !strings.Contains(errOut, "already has other rules for tb") {
+		t.Fatalf("import over changed rules: %q", errOut)
+	}
+	if out, _ := c.mustCtl(t, 0, "rules", "import", dir, "--force", "-o", "json"); !strings.Contains(out, `"version": 3`) {
+		t.Fatalf("import --force: %q", out)
+	}
+	// A broken Lyft file: its own line, nothing published.
+	writeRule(t, filepath.Join(dir, "broken.yaml"), "domain: broken\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	if _, errOut := c.mustCtl(t, 1, "rules", "import", dir); !strings.Contains(errOut, filepath.Join(dir, "broken.yaml")+":4:") {
+		t.Fatalf("broken Lyft file: %q", errOut)
+	}
+	if n := len(c.versions(t)); n != 3 {
+		t.Fatalf("%d versions after a refused import, want 3", n)
 	}
 }
