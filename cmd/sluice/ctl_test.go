@@ -502,6 +502,8 @@ func TestCtlUsage(t *testing.T) {
 	}{
 		{nil, "Usage: sluice ctl"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"rules"}, "see the rules commands"},
+		{[]string{"audit", "frob"}, `unknown command "audit frob"`},
 		{[]string{"rules", "export"}, "usage: sluice ctl rules export DIR"},
 		{[]string{"rules", "diff", dir, dir}, "usage: sluice ctl rules diff DIR"},
 		{[]string{"rules", "apply", dir}, "-m MSG is required"},

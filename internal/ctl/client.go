@@ -29,7 +29,11 @@ func NewClient(baseURL, token string) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("console URL %q: want http(s)://host[:port]", baseURL)
 	}
-	return &Client{base: u, token: token, http: &http.Client{Timeout: 60 * time.Second}}, nil
+	// A bound on the wait for an answer, not on reading it: an audit export
+	// streams for as long as it takes.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = 60 * time.Second
+	return &Client{base: u, token: token, http: &http.Client{Transport: tr}}, nil
 }
 
 // APIError is an error answer of the console:

@@ -69,7 +69,8 @@ Commands:
   tokens disable ID          disable a token
 
 Flags (before or after the command):
-  --console-url URL   console base URL (env SLUICE_CONSOLE_URL)
+  --console-url URL   console base URL (env SLUICE_CONSOLE_URL; default the config
+                      file's console_url, else http://127.0.0.1:8080)
   --config FILE       config file with console_url and token (env SLUICE_CTL_CONFIG;
                       default $XDG_CONFIG_HOME/sluice/ctl.yaml)
   -o text|json        output format (env SLUICE_OUTPUT)
@@ -112,13 +113,18 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	}
 	cmd := args[0]
-	if len(args) > 1 && (cmd == "rules" || cmd == "versions" || cmd == "audit" || cmd == "tokens") {
+	group := cmd == "rules" || cmd == "versions" || cmd == "audit" || cmd == "tokens"
+	if group && len(args) > 1 {
 		cmd += " " + args[1]
 		args = args[1:]
 	}
 	run, ok := commands[cmd]
 	if !ok {
-		fmt.Fprintf(stderr, "sluice ctl: unknown command %q\n\n%s", cmd, usage)
+		if group {
+			fmt.Fprintf(stderr, "sluice ctl: unknown command %q: see the %s commands below\n\n%s", cmd, strings.Fields(cmd)[0], usage)
+		} else {
+			fmt.Fprintf(stderr, "sluice ctl: unknown command %q\n\n%s", cmd, usage)
+		}
 		return ExitError{exitError}
 	}
 	return run(ctx, e, args[1:])

@@ -334,7 +334,7 @@ func (e *env) fail(err error, paths map[string]string) error {
 	case errors.As(err, &ae) && len(ae.Problems()) > 0:
 		fmt.Fprintln(e.stderr, "sluice ctl: the console refused the rules; nothing was published:")
 		e.printProblems(ae.Problems(), paths)
-	case errors.As(err, &ae) && ae.Status == http.StatusConflict && ae.Code == "conflict":
+	case errors.As(err, &ae) && ae.Status == http.StatusConflict && ae.Code == "conflict" && paths != nil:
 		fmt.Fprintf(e.stderr, "sluice ctl: %s; nothing was published (export again, or --force)\n", ae.Message)
 	default:
 		fmt.Fprintln(e.stderr, "sluice ctl:", err)
