@@ -40,6 +40,9 @@ func rulesExport(ctx context.Context, e *env, args []string) error {
 		}
 		have[path] = true
 		names = append(names, d.Name)
+		if strings.HasPrefix(d.Name, ".") {
+			fmt.Fprintf(e.stderr, "sluice ctl: warning: domain %s starts with a dot, so %s is a hidden file, which diff and apply skip\n", d.Name, path)
+		}
 	}
 	if err := writeState(dir, state{ConsoleURL: e.client.base.String(), Version: snap.Version, At: time.Now().UTC()}); err != nil {
 		return e.fail(err, nil)
@@ -236,13 +239,21 @@ func (e *env) publish(ctx context.Context, ch RulesetChange, paths map[string]st
 	return nil
 }
 
+// summary says which domains a change sets and removes, naming them when
+// there are a few (-o json lists them all).
 func summary(set, deleted []string) string {
 	var parts []string
-	if len(set) > 0 {
-		parts = append(parts, "set "+strings.Join(set, ", "))
-	}
-	if len(deleted) > 0 {
-		parts = append(parts, "removed "+strings.Join(deleted, ", "))
+	for _, p := range []struct {
+		verb  string
+		names []string
+	}{{"set", set}, {"removed", deleted}} {
+		switch n := len(p.names); {
+		case n == 0:
+		case n <= 10:
+			parts = append(parts, p.verb+" "+strings.Join(p.names, ", "))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %d domains", p.verb, n))
+		}
 	}
 	return strings.Join(parts, "; ")
 }
