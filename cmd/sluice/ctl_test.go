@@ -314,14 +314,26 @@ func TestCtlApprovalRequired(t *testing.T) {
 	if n := len(c.versions(t)); n != 1 {
 		t.Fatalf("%d versions while the change waits, want 1", n)
 	}
+	// A second person approves: one version; the directory, which now
+	// agrees with the console, catches up without --force.
+	c.admin.mustDo(t, "POST", "/api/v1/users", map[string]string{"username": "bob", "password": "password1", "role": "editor"}, 201, nil)
+	bob := login(t, c.base, "bob", "password1")
+	bob.mustDo(t, "POST", fmt.Sprintf("/api/v1/changes/%d/approve", changes.Changes[0].ID), map[string]string{"message": "lgtm"}, 200, nil)
+	if vs := c.versions(t); len(vs) != 2 || strings.Join(vs[0].Domains, ",") != "api,web" {
+		t.Fatalf("after approval: %+v", vs)
+	}
+	if out, _ := c.mustCtl(t, 0, "rules", "apply", dir, "-m", "again"); !strings.Contains(out, "no changes") {
+		t.Fatalf("apply after approval: %q", out)
+	}
 	// Break glass as an admin publishes at once.
 	var adminTok struct {
 		Token string `json:"token"`
 	}
 	c.admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "root", "role": "admin"}, 201, &adminTok)
 	env := map[string]string{"SLUICE_CONSOLE_URL": c.base, "SLUICE_TOKEN": adminTok.Token}
+	writeRule(t, filepath.Join(dir, "web.yaml"), ctlYAML("web", 3))
 	code, out, errOut := runCtlWith(t, env, "rules", "apply", dir, "-m", "urgent", "--break-glass", "INC-1")
-	if code != 0 || !strings.Contains(out, "published version 2 (set api, web)") {
+	if code != 0 || !strings.Contains(out, "published version 3 (set web)") {
 		t.Fatalf("break glass: %d %q %q", code, out, errOut)
 	}
 }

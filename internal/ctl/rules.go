@@ -159,18 +159,7 @@ func rulesApply(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return e.fail(err, nil)
 	}
-	base := st.Version
-	switch {
-	case force:
-		base = snap.Version
-	case !exported:
-		return e.fail(fmt.Errorf("%s has no %s, so it is unknown which version it was made from: export it first (sluice ctl rules export %s), or --force to publish it over version %d",
-			dir, stateFile, dir, snap.Version), nil)
-	case st.Version != snap.Version:
-		return e.fail(fmt.Errorf("the console moved: %s was exported at version %d, the console is at version %d; see sluice ctl rules diff %s and export again, or --force to publish over it",
-			dir, st.Version, snap.Version, dir), nil)
-	}
-	ch := RulesetChange{Domains: map[string]string{}, Message: message, BaseVersion: base, BreakGlassReason: breakGlass}
+	ch := RulesetChange{Domains: map[string]string{}, Message: message, BreakGlassReason: breakGlass}
 	current := snap.YAMLByName()
 	for name, y := range local {
 		if cur, ok := current[name]; !ok || cur != y {
@@ -192,9 +181,31 @@ func rulesApply(ctx context.Context, e *env, args []string) error {
 	if len(kept) > 0 {
 		fmt.Fprintf(e.stderr, "sluice ctl: note: %s has no file for %s (kept; --prune removes them)\n", dir, strings.Join(kept, ", "))
 	}
-	return e.publish(ctx, ch, paths, func(v int64) error {
+	syncState := func(v int64) error {
 		return writeState(dir, state{ConsoleURL: e.client.base.String(), Version: v, At: time.Now().UTC()})
-	})
+	}
+	// With nothing to change the directory agrees with the console as it
+	// is now (say, after its change request was approved): no drift to
+	// refuse, and the state file catches up.
+	ch.BaseVersion = snap.Version
+	if len(ch.Domains)+len(ch.Delete) == 0 {
+		if err := syncState(snap.Version); err != nil {
+			return e.fail(err, nil)
+		}
+		return e.publish(ctx, ch, paths, syncState)
+	}
+	switch {
+	case force:
+	case !exported:
+		return e.fail(fmt.Errorf("%s has no %s, so it is unknown which version it was made from: export it first (sluice ctl rules export %s), or --force to publish it over version %d",
+			dir, stateFile, dir, snap.Version), nil)
+	case st.Version != snap.Version:
+		return e.fail(fmt.Errorf("the console moved: %s was exported at version %d, the console is at version %d; see sluice ctl rules diff %s and export again, or --force to publish over it",
+			dir, st.Version, snap.Version, dir), nil)
+	default:
+		ch.BaseVersion = st.Version
+	}
+	return e.publish(ctx, ch, paths, syncState)
 }
 
 // publish sends ch and prints what it did: the new version (then done runs
