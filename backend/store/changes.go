@@ -26,24 +26,24 @@ var ErrSelfApproval = errors.New("a change cannot be approved by its author")
 // Its content is resolved when proposed: approving publishes exactly what
 // the reviewer saw, or fails with a *ConflictError if the base moved.
 type ChangeRequest struct {
-	ID        int64      `json:"id"`
-	CreatedAt time.Time  `json:"created_at"`
-	Author    string     `json:"author"`
-	Kind      ChangeKind `json:"kind"`
-	Domain    string     `json:"domain,omitempty"`
-	YAML      string     `json:"yaml,omitempty"`
-	Deleted   bool       `json:"deleted,omitempty"` // the change removes the domain
-	// Edits are the domains a change of kind ruleset sets or removes.
-	Edits       []DomainEdit `json:"edits,omitempty"`
-	BaseVersion int64        `json:"base_version"`
-	RollbackOf  *int64       `json:"rollback_of,omitempty"`
-	Message     string       `json:"message"`
-	Status      string       `json:"status"`
-	Reviewer    string       `json:"reviewer,omitempty"`
-	ReviewedAt  *time.Time   `json:"reviewed_at,omitempty"`
+	ID          int64      `json:"id"`
+	CreatedAt   time.Time  `json:"created_at"`
+	Author      string     `json:"author"`
+	Kind        ChangeKind `json:"kind"`
+	Domain      string     `json:"domain,omitempty"`
+	YAML        string     `json:"yaml,omitempty"`
+	Deleted     bool       `json:"deleted,omitempty"` // the change removes the domain
+	BaseVersion int64      `json:"base_version"`
+	RollbackOf  *int64     `json:"rollback_of,omitempty"`
+	Message     string     `json:"message"`
+	Status      string     `json:"status"`
+	Reviewer    string     `json:"reviewer,omitempty"`
+	ReviewedAt  *time.Time `json:"reviewed_at,omitempty"`
 	// ReviewMessage is the approver's note or the rejection's reason.
 	ReviewMessage string `json:"review_message,omitempty"`
 	Version       *int64 `json:"version,omitempty"` // published version, once approved
+	// Edits are the domains a change of kind ruleset sets or removes.
+	Edits []DomainEdit `json:"edits,omitempty"`
 }
 
 type changeRow struct {

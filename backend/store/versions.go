@@ -92,16 +92,16 @@ type Change struct {
 	// changed after it.
 	BaseVersion int64
 	RollbackTo  int64 // the version to go back to, for rollbacks
-	// Edits are the domains a KindRuleset change sets or removes; its
-	// BaseVersion is the ruleset version the author saw, and it fails with
-	// a *ConflictError if any of these domains changed after it.
-	Edits   []DomainEdit
-	Message string
-	Actor   Actor
+	Message     string
+	Actor       Actor
 	// BreakGlass is an admin's reason to publish directly although approval
 	// is required; it is audited. Callers check the role. Ignored when
 	// approval is not required.
 	BreakGlass string
+	// Edits are the domains a KindRuleset change sets or removes; its
+	// BaseVersion is the ruleset version the author saw, and it fails with
+	// a *ConflictError if any of these domains changed after it.
+	Edits []DomainEdit
 }
 
 // ErrApprovalRequired is returned by Publish when the require_approval
