@@ -230,6 +230,11 @@ func TestCtlRoundTrip(t *testing.T) {
 		t.Fatalf("apply --prune -o json = %+v (%v)\n%s", pub, err, out)
 	}
 	c.mustCtl(t, 0, "rules", "diff", dir)
+	// An empty directory never prunes everything.
+	empty := t.TempDir()
+	if _, errOut := c.mustCtl(t, 1, "rules", "apply", empty, "-m", "oops", "--prune", "--force"); !strings.Contains(errOut, "refusing to remove every domain") {
+		t.Fatalf("prune from an empty directory: %q", errOut)
+	}
 	if got := c.versions(t); len(got) != 5 || v != 1 {
 		t.Fatalf("versions %+v", got)
 	}

@@ -178,6 +178,9 @@ func rulesApply(ctx context.Context, e *env, args []string) error {
 	}
 	slices.Sort(ch.Delete)
 	slices.Sort(kept)
+	if len(local) == 0 && len(ch.Delete) > 0 {
+		return e.fail(fmt.Errorf("%s has no domain files: refusing to remove every domain (%d) with --prune", dir, len(ch.Delete)), nil)
+	}
 	if len(kept) > 0 {
 		fmt.Fprintf(e.stderr, "sluice ctl: note: %s has no file for %s (kept; --prune removes them)\n", dir, strings.Join(kept, ", "))
 	}
