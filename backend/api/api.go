@@ -131,6 +131,7 @@ func New(cfg Config) *API {
 	v1.PUT("/me/password", viewer, a.h(a.changePassword))
 
 	v1.GET("/ruleset", viewer, a.h(a.getRuleset))
+	v1.PUT("/ruleset", editor, a.h(a.putRuleset))
 	v1.GET("/domains", viewer, a.h(a.listDomains))
 	v1.GET("/domains/:domain", viewer, a.h(a.getDomain))
 	v1.PUT("/domains/:domain", editor, a.h(a.putDomain))

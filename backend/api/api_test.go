@@ -222,6 +222,9 @@ var scenarios = []scenario{
 	// Tokens have no password; a signed-in user's change is in TestSessions.
 	{route: "PUT /api/v1/me/password", path: "/api/v1/me/password", body: `{"current_password":"a","new_password":"password2"}`, auth: "viewer", ok: 403},
 	{route: "GET /api/v1/ruleset", path: "/api/v1/ruleset", auth: "viewer", ok: 200},
+	{route: "PUT /api/v1/ruleset", path: "/api/v1/ruleset",
+		body: `{"domains":{"rs-{cred}":"domain: rs-{cred}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},"message":"m"}`,
+		auth: "editor", ok: 200},
 	{route: "GET /api/v1/domains", path: "/api/v1/domains", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/domains/:domain", path: "/api/v1/domains/api", auth: "viewer", ok: 200},
 	{route: "PUT /api/v1/domains/:domain", path: "/api/v1/domains/p-{cred}",

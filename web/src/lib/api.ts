@@ -391,6 +391,8 @@ export interface ChangeRequest {
   reviewed_at?: string | null;
   review_message?: string;
   version?: number | null;
+  /** edits are the domains a change of kind "ruleset" (sluice ctl rules apply) sets or removes. */
+  edits?: { domain: string; yaml?: string; deleted?: boolean }[];
 }
 
 /** changes lists change requests with the given status. */
