@@ -12,7 +12,17 @@ import (
 	"strings"
 	"testing"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3" // the router filter's type, for typed_config
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/sluicehq/sluice/internal/apidoc"
 )
@@ -352,4 +362,186 @@ func TestDocsMetricNames(t *testing.T) {
 			t.Errorf("docs/operating.md does not list the metric %s", name)
 		}
 	}
+}
+
+// TestEnvoyConfigDecodes decodes docs/envoy.yaml as Envoy's v3 bootstrap with
+// the protobuf types Envoy itself is generated from: an unknown field, a
+// wrong type or a typed_config of an unknown type fails, as it would fail
+// Envoy's start; then it runs the field validations Envoy runs (the
+// protoc-gen-validate rules) on the bootstrap and every typed_config in it,
+// and checks that the ratelimit filter's domain is one the docs define and
+// that it calls the enforcer's gRPC port.
+func TestEnvoyConfigDecodes(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "docs", "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := decodeEnvoyBootstrap(src)
+	if err != nil {
+		t.Fatalf("docs/envoy.yaml: %v", err)
+	}
+	rl, hcm := envoyRateLimitFilter(t, boot)
+	if rl.GetRateLimitService().GetTransportApiVersion() != corev3.ApiVersion_V3 {
+		t.Errorf("rate_limit_service transport_api_version = %v, want V3", rl.GetRateLimitService().GetTransportApiVersion())
+	}
+	cluster := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
+	var port uint32
+	for _, c := range boot.GetStaticResources().GetClusters() {
+		if c.GetName() != cluster {
+			continue
+		}
+		for _, e := range c.GetLoadAssignment().GetEndpoints() {
+			for _, lb := range e.GetLbEndpoints() {
+				port = lb.GetEndpoint().GetAddress().GetSocketAddress().GetPortValue()
+			}
+		}
+		opts, ok := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+		if !ok {
+			t.Errorf("cluster %s: no HttpProtocolOptions: gRPC needs HTTP/2", cluster)
+		} else {
+			var po upstreamhttpv3.HttpProtocolOptions
+			if err := opts.UnmarshalTo(&po); err != nil || po.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+				t.Errorf("cluster %s: HTTP/2 not configured (%v)", cluster, err)
+			}
+		}
+	}
+	if want := enforcerDefault(t, "grpc-listen"); fmt.Sprintf(":%d", port) != want {
+		t.Errorf("cluster %q port %d, want the enforcer's gRPC port %s", cluster, port, want)
+	}
+	if len(hcm.GetRouteConfig().GetVirtualHosts()) == 0 {
+		t.Fatal("no virtual hosts")
+	}
+	// The keys the routes send are keys of the domain docs/envoy.md defines.
+	md, err := loadMarkdown(filepath.Join(repoRoot, "docs", "envoy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var domainYAML string
+	for _, b := range domainBlocks(md) {
+		if strings.Contains(b.body, "domain: "+rl.GetDomain()+"\n") {
+			domainYAML = b.body
+		}
+	}
+	if domainYAML == "" {
+		t.Fatalf("docs/envoy.md has no rules example for domain %q", rl.GetDomain())
+	}
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			for _, lim := range r.GetRoute().GetRateLimits() {
+				for _, a := range lim.GetActions() {
+					key := "remote_address"
+					switch {
+					case a.GetRequestHeaders() != nil:
+						key = a.GetRequestHeaders().GetDescriptorKey()
+					case a.GetGenericKey() != nil:
+						key = a.GetGenericKey().GetDescriptorKey()
+					}
+					if !strings.Contains(domainYAML, "key: "+key+"\n") {
+						t.Errorf("route %s sends key %q, which the domain %q in docs/envoy.md does not have", r.GetMatch().GetPrefix(), key, rl.GetDomain())
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestEnvoyConfigCheckCanFail shows the decoding is strict.
+func TestEnvoyConfigCheckCanFail(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "docs", "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string][2]string{
+		"unknown field":        {"failure_mode_deny: false", "failure_mode_denied: false"},
+		"unknown typed_config": {"ratelimit.v3.RateLimit", "ratelimit.v3.RateLimitz"},
+		"invalid value":        {"port_value: 8082", "port_value: 80820"},
+		"validation rule":      {"cluster_name: sluice}", "cluster_name: \"\"}"},
+	} {
+		bad := strings.ReplaceAll(string(src), edit[0], edit[1])
+		if bad == string(src) {
+			t.Fatalf("%s: %q not in docs/envoy.yaml", name, edit[0])
+		}
+		if _, err := decodeEnvoyBootstrap([]byte(bad)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// decodeEnvoyBootstrap decodes an Envoy YAML config strictly and validates
+// it and the typed_configs of its listeners' filters.
+func decodeEnvoyBootstrap(src []byte) (*bootstrapv3.Bootstrap, error) {
+	js, err := sigsyaml.YAMLToJSON(src)
+	if err != nil {
+		return nil, err
+	}
+	var boot bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &boot); err != nil {
+		return nil, err
+	}
+	if err := boot.ValidateAll(); err != nil {
+		return nil, err
+	}
+	type validator interface{ ValidateAll() error }
+	check := func(a *anypb.Any) (proto.Message, error) {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			return nil, err
+		}
+		v, ok := m.(validator)
+		if !ok {
+			return nil, fmt.Errorf("%s has no validation", a.GetTypeUrl())
+		}
+		return m, v.ValidateAll()
+	}
+	for _, l := range boot.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				m, err := check(f.GetTypedConfig())
+				if err != nil {
+					return nil, fmt.Errorf("filter %s: %w", f.GetName(), err)
+				}
+				hcm, ok := m.(*hcmv3.HttpConnectionManager)
+				if !ok {
+					continue
+				}
+				for _, hf := range hcm.GetHttpFilters() {
+					if _, err := check(hf.GetTypedConfig()); err != nil {
+						return nil, fmt.Errorf("http filter %s: %w", hf.GetName(), err)
+					}
+				}
+			}
+		}
+	}
+	for _, c := range boot.GetStaticResources().GetClusters() {
+		for name, a := range c.GetTypedExtensionProtocolOptions() {
+			if _, err := check(a); err != nil {
+				return nil, fmt.Errorf("cluster %s %s: %w", c.GetName(), name, err)
+			}
+		}
+	}
+	return &boot, nil
+}
+
+// envoyRateLimitFilter returns the ratelimit filter's config and the HTTP
+// connection manager holding it.
+func envoyRateLimitFilter(t *testing.T, boot *bootstrapv3.Bootstrap) (*ratelimitv3.RateLimit, *hcmv3.HttpConnectionManager) {
+	t.Helper()
+	for _, l := range boot.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if f.GetTypedConfig().UnmarshalTo(&hcm) != nil {
+					continue
+				}
+				for _, hf := range hcm.GetHttpFilters() {
+					var rl ratelimitv3.RateLimit
+					if hf.GetName() == "envoy.filters.http.ratelimit" && hf.GetTypedConfig().UnmarshalTo(&rl) == nil {
+						return &rl, &hcm
+					}
+				}
+			}
+		}
+	}
+	t.Fatal("no envoy.filters.http.ratelimit filter in docs/envoy.yaml")
+	return nil, nil
 }
