@@ -84,7 +84,7 @@ type operation struct {
 	Security    *[]map[string][]string `yaml:"security"` // nil: the document's; empty: none
 	Parameters  []parameter            `yaml:"parameters"`
 	RequestBody *struct {
-		Required bool                `yaml:"required"`
+		Required bool               `yaml:"required"`
 		Content  ordered[mediaType] `yaml:"content"`
 	} `yaml:"requestBody"`
 	Responses ordered[response] `yaml:"responses"`
