@@ -37,7 +37,8 @@ async function user(name: string): Promise<User> {
 }
 
 function row(name: string) {
-  return page.getByTestId('users').locator('tr', { has: page.getByText(name, { exact: true }) });
+  // By the name in the user cell: a role badge may say "admin" too.
+  return page.getByTestId('users').locator('tr', { has: page.locator('td strong').getByText(name, { exact: true }) });
 }
 
 // unlabelled lists the visible form controls without an accessible name.
@@ -92,7 +93,7 @@ afterAll(async () => {
 
 describe('the Users page', () => {
   it('promotes a user after saying what changes', async () => {
-    await row('alice').getByRole('button', { name: 'Change the role of alice' }).click();
+    await row('alice').getByRole('button', { name: 'Change role…' }).click();
     const dialog = page.getByRole('dialog', { name: 'Change the role of alice' });
     await dialog.getByText('alice is a viewer.').waitFor();
     const save = dialog.getByRole('button', { name: 'Change role' });
@@ -110,7 +111,7 @@ describe('the Users page', () => {
   });
 
   it('changes nothing when cancelled', async () => {
-    await row('bob').getByRole('button', { name: 'Change the role of bob' }).click();
+    await row('bob').getByRole('button', { name: 'Change role…' }).click();
     const dialog = page.getByRole('dialog', { name: 'Change the role of bob' });
     await dialog.getByLabel('New role').selectOption('viewer');
     await expect(dialog.getByTestId('role-effect').innerText()).resolves.toMatch(/Demote bob to viewer\?.*can no longer publish/s);
@@ -121,7 +122,7 @@ describe('the Users page', () => {
   });
 
   it("shows the console's refusal to demote the last admin in the dialog", async () => {
-    await row('admin').getByRole('button', { name: 'Change the role of admin' }).click();
+    await row('admin').getByRole('button', { name: 'Change role…' }).click();
     const dialog = page.getByRole('dialog', { name: 'Change the role of admin' });
     await dialog.getByLabel('New role').selectOption('viewer');
     await expect(dialog.getByTestId('role-effect').innerText()).resolves.toMatch(/You lose access to this page/);
@@ -139,8 +140,8 @@ describe('the Users page', () => {
     await alice.login('alice', alicePassword);
     await alice.call('GET', '/api/v1/me');
 
-    expect(await row('admin').getByRole('button', { name: /Reset the password/ }).count()).toBe(0); // it would end the admin's own session
-    await row('alice').getByRole('button', { name: 'Reset the password of alice' }).click();
+    expect(await row('admin').getByRole('button', { name: 'Reset password…' }).count()).toBe(0); // it would end the admin's own session
+    await row('alice').getByRole('button', { name: 'Reset password…' }).click();
     const dialog = page.getByRole('dialog', { name: 'Reset the password of alice' });
     const save = dialog.getByRole('button', { name: 'Reset password' });
     await dialog.getByLabel('New password').fill('short');
@@ -171,7 +172,7 @@ describe('the Users page', () => {
   it('lets an admin hand over and step down, and then follows the new role', async () => {
     await admin.call('PUT', `/api/v1/users/${(await user('alice')).id}/role`, { role: 'admin' });
     await page.reload();
-    await row('admin').getByRole('button', { name: 'Change the role of admin' }).click();
+    await row('admin').getByRole('button', { name: 'Change role…' }).click();
     const dialog = page.getByRole('dialog', { name: 'Change the role of admin' });
     await dialog.getByLabel('New role').selectOption('editor');
     await expect(dialog.getByTestId('role-effect').innerText()).resolves.toMatch(/Make yourself an editor\?/);
@@ -179,5 +180,17 @@ describe('the Users page', () => {
     await page.getByText('Only admins manage users.').waitFor();
     expect((await user('admin')).role).toBe('editor');
     expect(problems).toEqual([]);
+  });
+});
+
+describe('the create form beside the row actions', () => {
+  it("keeps the form's labels unambiguous", async () => {
+    await admin.call('PUT', `/api/v1/users/${(await user('admin')).id}/role`, { role: 'admin' });
+    await page.reload();
+    await page.getByRole('heading', { level: 1, name: 'Users' }).waitFor();
+    await row('bob').waitFor();
+    for (const label of ['Username', 'Password', 'Role']) {
+      expect(await page.getByLabel(label).count(), label).toBe(1);
+    }
   });
 });
