@@ -403,6 +403,20 @@ func checkPod(t *testing.T, p podOf, uid int64, secrets map[string]*corev1.Secre
 	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != uid {
 		t.Errorf("%s: pod securityContext must set runAsNonRoot and runAsUser %d (the Dockerfile's USER)", where, uid)
 	}
+	// Secret files are owned by root: a non-root process reads them through
+	// the pod's fsGroup, so the group needs read permission.
+	for _, v := range p.tmpl.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		mode := int32(0o644)
+		if v.Secret.DefaultMode != nil {
+			mode = *v.Secret.DefaultMode
+		}
+		if mode&0o040 == 0 || psc == nil || psc.FSGroup == nil {
+			t.Errorf("%s: secret volume %s (mode %#o) is unreadable by uid %d: want fsGroup and a group-readable defaultMode", where, v.Name, mode, uid)
+		}
+	}
 	for _, c := range p.tmpl.Spec.Containers {
 		where := where + " container " + c.Name
 		sc := c.SecurityContext
