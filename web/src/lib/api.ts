@@ -530,6 +530,16 @@ export async function setUserDisabled(id: number, disabled: boolean): Promise<vo
   await request('POST', `/users/${seg(id)}/${disabled ? 'disable' : 'enable'}`, {});
 }
 
+/** setUserRole changes an account's role (admin); 409 for the last enabled admin. */
+export function setUserRole(id: number, role: string): Promise<User> {
+  return request<User>('PUT', `/users/${seg(id)}/role`, { role });
+}
+
+/** resetPassword sets an account's password (admin); the user's sessions end. */
+export function resetPassword(id: number, password: string): Promise<User> {
+  return request<User>('PUT', `/users/${seg(id)}/password`, { password });
+}
+
 /** Token is an API token without its secret. */
 export interface Token {
   id: number;
