@@ -626,6 +626,12 @@ func (h *Hub) read(ctx context.Context, c *conn) error {
 		if err != nil {
 			return closeError{code: websocket.StatusPolicyViolation, reason: "malformed message: " + err.Error()}
 		}
+		if q, ok := msg.(*wire.Quota); ok {
+			if err := h.quota(ctx, c, q); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := h.handle(c, msg); err != nil {
 			return err
 		}
