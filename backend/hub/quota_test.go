@@ -326,3 +326,46 @@ func TestQuotaEnforcerSIGKILL(t *testing.T) {
 	more := hit(again, 30)
 	waitFor(t, "the restarted node's usage in Postgres", func() bool { return e.used(t)[key] == got+more })
 }
+
+// TestQuotaSurvivesConsoleKill: the console is SIGKILLed while a node has
+// usage it has not had acknowledged, and more is admitted while it is
+// down; when a console is back, the node's usage in Postgres is exactly
+// what it admitted: a console blip loses nothing and counts nothing twice.
+func TestQuotaSurvivesConsoleKill(t *testing.T) {
+	e := newEnv(t)
+	p := e.startConsoleProcess("127.0.0.1:0")
+	v := e.publish("bill", fmt.Sprintf(quotaDomainYAML, 1_000_000))
+	eng, sub, closeRedis, err := quotaNode(p.url, e.nodeToken("blip"), "blip", testenv.RedisURL(t), testenv.KeyPrefix(t), 50*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeRedis()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "blip on the quota version", func() bool { return eng.Version() == v })
+
+	key := "carol@" + time.Now().UTC().Format("2006-01")
+	admitted := int64(0)
+	hit := func(n int) {
+		for range n {
+			res, err := eng.Check(context.Background(), engine.Request{Domain: "bill",
+				Descriptors: []engine.Descriptor{{Entries: []rules.Entry{{Key: "key", Value: "carol"}}}}})
+			if err != nil || res.Code != engine.OK {
+				t.Fatalf("check: %v %v", res.Code, err)
+			}
+			admitted++
+		}
+	}
+	hit(100)
+	waitFor(t, "the first usage in Postgres", func() bool { return e.used(t)[key] == admitted })
+	hit(40) // likely in flight or pending when the console dies
+	p.kill()
+	hit(60) // admitted while no console answers
+	e.startConsoleProcess(p.addr)
+	waitFor(t, "every admitted hit in Postgres once the console is back", func() bool { return e.used(t)[key] == admitted })
+	// Nothing more arrives later: counted once.
+	hit(1)
+	waitFor(t, "the next hit", func() bool { return e.used(t)[key] == admitted })
+}
