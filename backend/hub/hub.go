@@ -21,6 +21,9 @@
 // traffic aggregator), and ServeStream serves the browsers' live traffic
 // streams: it is the only console package that imports the websocket
 // library.
+//
+// Quota batches from nodes are stored in Postgres and acknowledged once
+// stored; a resent batch adds nothing (quota.go).
 package hub
 
 //lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)

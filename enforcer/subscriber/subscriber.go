@@ -17,6 +17,9 @@
 // refuses to publish a version over wire.MaxSnapshotBytes, so only a version
 // written before that bound can be that large.)
 //
+// Quota usage for billing goes to the console every 10 s and at shutdown, and
+// is resent until acknowledged (quota.go).
+//
 // It is the only package of the node that imports the websocket library.
 package subscriber
 
