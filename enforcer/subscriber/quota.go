@@ -101,7 +101,7 @@ func (s *Subscriber) nextQuota() bool {
 }
 
 // sendQuota sends the pending batch on conn unless it was sent there less
-// than an interval ago; with take, it first makes a new batch pending when
+// than half an interval ago (so the next tick resends it); with take, it first makes a new batch pending when
 // none is. It returns a write error (the connection is then unusable).
 func (s *Subscriber) sendQuota(ctx context.Context, conn *websocket.Conn, take bool) error {
 	q := s.quota
@@ -110,7 +110,7 @@ func (s *Subscriber) sendQuota(ctx context.Context, conn *websocket.Conn, take b
 		q.mu.Unlock()
 		return nil
 	}
-	if q.sentOn == conn && time.Since(q.sentAt) < s.cfg.QuotaInterval {
+	if q.sentOn == conn && time.Since(q.sentAt) < s.cfg.QuotaInterval/2 {
 		q.mu.Unlock()
 		return nil // waiting for its ack
 	}
@@ -135,7 +135,8 @@ func (s *Subscriber) quotaAcked(a *wire.QuotaAck) {
 	q.acked = make(chan struct{})
 }
 
-// backlog reports whether usage is waiting beyond the pending batch.
+// quotaBacklog returns the channel the next ack closes, whether a batch is
+// pending and whether usage waits beyond it.
 func (s *Subscriber) quotaBacklog() (acked <-chan struct{}, pending, backlog bool) {
 	q := s.quota
 	q.mu.Lock()
@@ -150,13 +151,14 @@ func (s *Subscriber) reportQuota(ctx context.Context, conn *websocket.Conn) {
 	defer t.Stop()
 	take := false // the first send on a connection resends what is pending
 	for {
+		// Taken before sending, so an ack that comes meanwhile wakes us.
+		acked, _, _ := s.quotaBacklog()
 		if err := s.sendQuota(ctx, conn, take); err != nil {
 			if ctx.Err() == nil {
 				conn.Close(websocket.StatusGoingAway, "cannot send quota usage")
 			}
 			return
 		}
-		acked, _, _ := s.quotaBacklog()
 		select {
 		case <-ctx.Done():
 			return
@@ -176,11 +178,11 @@ func (s *Subscriber) flushQuota(ctx context.Context, conn *websocket.Conn) {
 	deadline := time.NewTimer(quotaShutdownWait)
 	defer deadline.Stop()
 	for {
+		acked, _, _ := s.quotaBacklog()
 		if err := s.sendQuota(ctx, conn, true); err != nil {
 			return
 		}
-		acked, pending, _ := s.quotaBacklog()
-		if !pending {
+		if _, pending, _ := s.quotaBacklog(); !pending {
 			return
 		}
 		select {
