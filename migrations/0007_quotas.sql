@@ -17,8 +17,11 @@ CREATE TABLE quota_usage (
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (domain, rule, unit, period_start, value)
 );
--- Top consumers of a rule and period.
+-- Top consumers of a rule and period; of a period across domains; the
+-- current periods (a query without a period).
 CREATE INDEX quota_usage_top ON quota_usage (domain, rule, unit, period_start, used DESC, value);
+CREATE INDEX quota_usage_period ON quota_usage (unit, period_start, used DESC);
+CREATE INDEX quota_usage_current ON quota_usage (period_end);
 
 -- The last batch applied per node process (epoch): a batch whose seq is
 -- not above it is a resend after a lost ack and adds nothing.

@@ -23,6 +23,7 @@ import (
 // limiter admitted for a failure_mode: local limit while Redis was down.
 // Requests admitted with no counter at all (failure_mode: open while the
 // store is down) are not recorded; they count as store_errors in the stats.
+// WithoutStats turns the recording off with the stats.
 //
 // The period comes from the store's clock, never from the node's: a
 // fixed_window decision's ResetAfter is the time from the store's now
