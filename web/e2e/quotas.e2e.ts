@@ -33,6 +33,8 @@ descriptors:
 `;
 
 let db: TestDatabase;
+let nodeToken = '';
+let quotaVersion = 0;
 let consoleProc: Proc;
 let enforcer: (Proc & { cleanup(): void }) | undefined;
 let base: string;
@@ -41,6 +43,18 @@ let browser: Browser;
 let page: Page;
 const admitted: Record<string, number> = {};
 const problems: string[] = [];
+
+// onVersion waits for the enforcer to apply the quota domain's version.
+async function onVersion(): Promise<void> {
+  await eventually(
+    async () => {
+      const { nodes } = await admin.call<{ nodes: { status: string; applied_version: number }[] }>('GET', '/api/v1/nodes');
+      if (!nodes.some((n) => n.status === 'connected' && n.applied_version >= quotaVersion)) throw new Error(JSON.stringify(nodes));
+    },
+    20_000,
+    'the enforcer on the quota version',
+  );
+}
 
 async function hits(value: string, n: number): Promise<void> {
   for (let i = 0; i < n; i++) {
@@ -60,16 +74,11 @@ beforeAll(async () => {
   await admin.login('admin', password);
   admin.useToken((await admin.call<{ token: string }>('POST', '/api/v1/tokens', { name: 'quotas-e2e-admin', role: 'admin' }, 201)).token);
   const node = await admin.call<{ token: string }>('POST', '/api/v1/tokens', { name: 'quotas-e2e-node', role: 'node' }, 201);
+  nodeToken = node.token;
   const { version } = await admin.call<{ version: number }>('PUT', `/api/v1/domains/${domain}`, { yaml, message: 'A monthly quota', base_version: 0 });
+  quotaVersion = version;
   enforcer = await startEnforcer(base, node.token, 'quotas-e2e-1');
-  await eventually(
-    async () => {
-      const { nodes } = await admin.call<{ nodes: { status: string; applied_version: number }[] }>('GET', '/api/v1/nodes');
-      if (!nodes.some((n) => n.status === 'connected' && n.applied_version >= version)) throw new Error(JSON.stringify(nodes));
-    },
-    20_000,
-    'the enforcer on the quota version',
-  );
+  await onVersion();
   await hits('alice', 8); // 5 admitted: the month's quota
   await hits('bob', 2);
   await hits('=HYPERLINK("x")', 1);
@@ -150,5 +159,34 @@ describe('the Quotas page', () => {
     await page.getByLabel('Period', { exact: true }).fill('2026-W49');
     await expect(page.getByRole('button', { name: 'Show', exact: true }).isDisabled()).resolves.toBe(false);
     expect(problems).toEqual([]);
+  });
+
+  it('loses at most its last report interval when the enforcer binary is SIGKILLed between reports', async () => {
+    enforcer = await startEnforcer(base, nodeToken, 'quotas-e2e-1');
+    await onVersion();
+    const used = async () => {
+      const out = await admin.call<{ usage: { used: number }[] }>('GET', `/api/v1/quotas?domain=${domain}&value=dave`);
+      return out.usage[0]?.used ?? 0;
+    };
+    await hits('dave', 3);
+    // The node reports every 10 s: wait for the report that holds them.
+    await eventually(async () => expect(await used()).toBe(3), 25_000, 'dave\'s first 3 hits in the console');
+    await hits('dave', 2); // admitted right after a report: not reported yet
+    enforcer.child.kill('SIGKILL');
+    await new Promise((r) => enforcer!.child.once('exit', r));
+    enforcer.cleanup();
+    enforcer = undefined;
+    await eventually(
+      async () => {
+        const { nodes } = await admin.call<{ nodes: { id: string; status: string }[] }>('GET', '/api/v1/nodes');
+        expect(nodes.find((n) => n.id === 'quotas-e2e-1')?.status).toBe('disconnected');
+      },
+      20_000,
+      'the console to see the killed node gone',
+    );
+    const after = await used();
+    expect(admitted.dave).toBe(5);
+    expect(after).toBeGreaterThanOrEqual(3); // what was reported stays
+    expect(after).toBeLessThanOrEqual(5); // never more than admitted
   });
 });
