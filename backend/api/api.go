@@ -175,6 +175,7 @@ func New(cfg Config) *API {
 	v1.GET("/stats/domains", viewer, a.h(a.statsDomains))
 	v1.GET("/stats/settings", viewer, a.h(a.statsSettings))
 	v1.GET("/stats/stream", viewer, a.statsStream)
+	v1.GET("/quotas", viewer, a.h(a.listQuotas))
 	v1.GET("/alerts", admin, a.h(a.getAlerts))
 	v1.PUT("/alerts", admin, a.h(a.putAlerts))
 	v1.POST("/alerts/test", admin, a.h(a.testAlert))

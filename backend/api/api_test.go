@@ -265,6 +265,7 @@ var scenarios = []scenario{
 	{route: "GET /api/v1/stats/history", path: "/api/v1/stats/history?domain=api&step=300", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/domains", path: "/api/v1/stats/domains", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/settings", path: "/api/v1/stats/settings", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/quotas", path: "/api/v1/quotas?period=2026-12", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/stream", path: "/api/v1/stats/stream", auth: "viewer", ok: 426},
 	{route: "GET /api/v1/alerts", path: "/api/v1/alerts", auth: "admin", ok: 200},
 	{route: "PUT /api/v1/alerts", path: "/api/v1/alerts", body: `{"webhooks":[],"spike_defaults":{"floor_per_s":5,"factor":5,"for_s":3},"domains":{"api":{"mask_values":true}}}`, auth: "admin", ok: 200},

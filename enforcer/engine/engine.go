@@ -264,6 +264,8 @@ type Engine struct {
 	shardSeq     atomic.Uint64
 	stats        stats // per-rule counts for the console (TakeStats)
 	noStats      bool  // WithoutStats
+
+	quota quotas // quota usage for billing (quota.go)
 }
 
 // Option changes a setting of New.
@@ -295,6 +297,7 @@ func New(store Store, prefix string, opts ...Option) *Engine {
 		prefix = DefaultKeyPrefix
 	}
 	e := &Engine{store: store, prefix: prefix}
+	e.quota.full = make(chan struct{}, 1)
 	for _, o := range opts {
 		o(e)
 	}
@@ -383,6 +386,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	res, err := e.check(ctx, req)
 	if err == nil && !e.noStats {
 		e.stats.count(&req, &res)
+		e.quota.count(&req, &res)
 	}
 	return res, err
 }

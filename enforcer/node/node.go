@@ -151,6 +151,9 @@ func New(cfg Config) (*Node, error) {
 		StateDir:   cfg.StateDir,
 		// Per-rule counts and top limited values for the console.
 		StatsSource: n.Engine.TakeStats,
+		// Quota usage for billing.
+		QuotaSource: n.Engine.TakeQuota,
+		QuotaFull:   n.Engine.QuotaFull(),
 	}, n.Engine, log)
 	if err != nil {
 		client.Close()

@@ -692,6 +692,7 @@ describe('the console UI', () => {
       ['/users', 'Users', '15-users'],
       ['/approvals', 'Approvals', '16-approvals'],
       ['/traffic', 'Live traffic', '17-traffic'],
+      ['/quotas', 'Quotas', '17-quotas'],
       ['/domains/~new', 'New domain', '18-new-domain'],
     ];
     for (const [path, heading, name] of pages) {

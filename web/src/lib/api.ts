@@ -7,6 +7,7 @@
 // answer 404 "no such route" or 405; isUnavailable tells those apart so pages
 // can say "not available" instead of failing.
 import { errorMessage } from './format';
+import { quotaParams, type QuotaQuery } from './quotas';
 
 /** The CSRF header sent on writes (POST, PUT, PATCH, DELETE). */
 export const csrfHeader = 'X-CSRF-Token';
@@ -792,4 +793,30 @@ export async function saveAlerts(s: AlertSettings): Promise<Alerts> {
 export async function testAlert(): Promise<number> {
   const out = await request<{ queued?: number }>('POST', '/alerts/test', {});
   return out.queued ?? 0;
+}
+
+// --- quotas ------------------------------------------------------------------
+
+/** QuotaUsage is one value's usage of one quota in one period (GET /quotas). */
+export interface QuotaUsage {
+  domain: string;
+  rule: string;
+  unit: 'day' | 'week' | 'month' | 'year';
+  value: string;
+  masked?: boolean;
+  period_start: string;
+  period_end: string;
+  used: number;
+  limit: number;
+}
+
+/** quotas lists quota usage, most used first, limit rows from offset on. */
+export async function quotas(q: QuotaQuery, limit: number, offset = 0): Promise<{ usage: QuotaUsage[]; next: number | null }> {
+  const out = await request<{ usage?: QuotaUsage[]; next_offset?: number | null }>('GET', `/quotas${quotaParams(q, { limit, offset })}`);
+  return { usage: out.usage ?? [], next: out.next_offset ?? null };
+}
+
+/** quotasCSVURL is the link that downloads the selected usage as CSV. */
+export function quotasCSVURL(q: QuotaQuery): string {
+  return `${base}/quotas${quotaParams({ ...q, value: undefined }, { format: 'csv' })}`;
 }
