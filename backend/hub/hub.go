@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -89,14 +90,15 @@ type Hub struct {
 	id    string // this replica, shown as a node's console
 
 	mu      sync.Mutex
-	running bool             // Run was started
-	stopped bool             // Run is shutting down: no new nodes
-	conns   map[string]*conn // by node id
-	gone    []store.Node     // final rows of closed connections, not yet written
-	wg      sync.WaitGroup   // Serve calls in progress
-	loadMu  sync.Mutex       // one snapshot load and encode at a time
-	cache   atomic.Pointer[encoded]
-	pending atomic.Int64 // registry changes since the last flush
+	running bool                 // Run was started
+	stopped bool                 // Run is shutting down: no new nodes
+	conns   map[string]*conn     // by node id
+	gone    []store.Node         // final rows of closed connections, not yet written
+	wg      sync.WaitGroup       // Serve calls in progress
+	loadMu  sync.Mutex           // one snapshot load and encode at a time
+	cache   map[int64]*encoded   // by version, the few newest; guarded by loadMu
+	push    atomic.Pointer[plan] // what the nodes should run, as last read
+	pending atomic.Int64         // registry changes since the last flush
 	kick    chan struct{}
 
 	encodes atomic.Int64 // snapshots serialized, for tests
@@ -108,6 +110,12 @@ type Hub struct {
 type StatsSink interface {
 	// Ingest adds a report received at at; an error refuses it whole.
 	Ingest(s *wire.Stats, at time.Time) error
+	// IngestCanary is Ingest for a report of a node that runs the staged
+	// version of a rollout: it also counts in the canary cohort.
+	IngestCanary(s *wire.Stats, at time.Time) error
+	// Cohort returns, summed over the rules of domains in second t
+	// (fleet-wide), the canary cohort's counts and everyone's.
+	Cohort(domains []string, t int64) (canary, all store.Counts)
 	// Refused counts a report the hub refused as malformed.
 	Refused(reason string)
 }
@@ -132,7 +140,7 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 	rand.Read(b)
 	return &Hub{
 		store: st, log: log, id: cmp.Or(host, "console") + "-" + hex.EncodeToString(b),
-		conns: make(map[string]*conn), kick: make(chan struct{}, 1),
+		conns: make(map[string]*conn), kick: make(chan struct{}, 1), cache: make(map[int64]*encoded),
 	}
 }
 
@@ -155,6 +163,7 @@ func (h *Hub) Run(ctx context.Context) error {
 
 	var bg sync.WaitGroup
 	bg.Go(func() { h.listen(ctx) })
+	bg.Go(func() { h.watchRollouts(ctx) })
 	h.flushLoop(ctx)
 	bg.Wait()
 
@@ -294,8 +303,9 @@ func (h *Hub) changed() {
 
 // conn is one node connection.
 type conn struct {
-	ws    *websocket.Conn
-	queue chan *encoded
+	ws     *websocket.Conn
+	labels map[string]string // from hello; never changed
+	queue  chan *encoded
 	// sent is the newest version queued for (or already held by) the node;
 	// a version is never queued twice on one connection, so a nacked
 	// version is not pushed again in a loop.
@@ -409,6 +419,7 @@ func (h *Hub) run(wctx context.Context, c *conn, addr string, tokenID int64, act
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
 		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
+	c.labels = hello.Labels
 	c.dirty = true
 	c.sent.Store(hello.AppliedVersion)
 
@@ -422,16 +433,16 @@ func (h *Hub) run(wctx context.Context, c *conn, addr string, tokenID int64, act
 		"build", hello.Build)
 
 	ctx := context.Background() // reads end when the websocket closes
-	snap, err := h.latest(ctx)
+	pl, err := h.latest(ctx)
 	if err != nil {
 		h.log.Error("load snapshot for node", "node_id", hello.NodeID, "error", err)
 		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
 	}
-	if hello.AppliedVersion > snap.version {
+	if hello.AppliedVersion > pl.state.Head {
 		h.log.Warn("node runs a version newer than the console's latest", "node_id", hello.NodeID,
-			"applied_version", hello.AppliedVersion, "latest_version", snap.version)
+			"applied_version", hello.AppliedVersion, "latest_version", pl.state.Head)
 	}
-	c.offer(h, snap)
+	c.offer(h, pl.forNode(c.labels))
 	werr := make(chan error, 1)
 	go func() { werr <- h.write(wctx, c) }()
 	rerr := h.read(ctx, c)
@@ -678,7 +689,11 @@ func (h *Hub) handle(c *conn, msg any) error {
 		if h.stats != nil {
 			// A refused report is counted by the sink and never
 			// aggregated; the node stays connected for its snapshots.
-			if err := h.stats.Ingest(m, now); err != nil && h.log.Enabled(context.Background(), slog.LevelDebug) {
+			ingest := h.stats.Ingest
+			if h.canary(c.node.AppliedVersion) {
+				ingest = h.stats.IngestCanary
+			}
+			if err := ingest(m, now); err != nil && h.log.Enabled(context.Background(), slog.LevelDebug) {
 				h.log.Debug("stats report refused", "node_id", c.node.ID, "error", err)
 			}
 		}
@@ -722,25 +737,56 @@ func rates(s *wire.Stats, at time.Time) *store.NodeRates {
 	return r
 }
 
-// latest returns the newest version's snapshot message, loading and
-// serializing it only when the version is new.
-func (h *Hub) latest(ctx context.Context) (*encoded, error) {
-	current, err := h.store.CurrentVersion(ctx)
+// plan is what the nodes should run, with the snapshot messages to send.
+type plan struct {
+	state store.PushState
+	head  *encoded // the latest version
+	base  *encoded // while a rollout is staged, its base version
+}
+
+// forNode returns the snapshot a node with labels should run.
+func (p *plan) forNode(labels map[string]string) *encoded {
+	if p.base != nil && p.state.Target(labels) == p.base.version {
+		return p.base
+	}
+	return p.head
+}
+
+// keepEncoded is how many versions' snapshot messages stay cached.
+const keepEncoded = 4
+
+// latest reads what the nodes should run (the latest version, or the two
+// versions of a staged rollout) and returns it with its snapshot messages,
+// loading and serializing a version only once.
+func (h *Hub) latest(ctx context.Context) (*plan, error) {
+	ps, err := h.store.FindPushState(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if e := h.cache.Load(); e != nil && e.version >= current {
-		return e, nil
+	p := &plan{state: ps}
+	if p.head, err = h.encoded(ctx, ps.Head); err != nil {
+		return nil, err
 	}
-	if current == 0 {
+	if ps.Staged != nil && ps.Staged.Version == ps.Head {
+		if p.base, err = h.encoded(ctx, ps.Staged.BaseVersion); err != nil {
+			return nil, err
+		}
+	}
+	h.push.Store(p)
+	return p, nil
+}
+
+// encoded returns version v's snapshot message (empty for version 0).
+func (h *Hub) encoded(ctx context.Context, v int64) (*encoded, error) {
+	if v == 0 {
 		return &encoded{}, nil // nothing published yet: nothing to send
 	}
 	h.loadMu.Lock()
 	defer h.loadMu.Unlock()
-	if e := h.cache.Load(); e != nil && e.version >= current {
+	if e := h.cache[v]; e != nil {
 		return e, nil
 	}
-	snap, err := h.store.FindSnapshot(ctx, current)
+	snap, err := h.store.FindSnapshot(ctx, v)
 	if err != nil {
 		return nil, err
 	}
@@ -755,14 +801,25 @@ func (h *Hub) latest(ctx context.Context) (*encoded, error) {
 	}
 	h.encodes.Add(1)
 	e := &encoded{version: snap.Version, data: data}
-	h.cache.Store(e)
+	h.cache[v] = e
+	for len(h.cache) > keepEncoded {
+		delete(h.cache, slices.Min(slices.Collect(maps.Keys(h.cache))))
+	}
 	return e, nil
 }
 
-// Notify pushes the latest version to every node of this replica that
-// neither has it nor was sent it. It never waits on a node.
+// canary reports whether a node running version applied is in the canary
+// cohort: it runs the staged version of a rollout.
+func (h *Hub) canary(applied int64) bool {
+	p := h.push.Load()
+	return p != nil && p.state.Staged != nil && p.state.Staged.Version == applied
+}
+
+// Notify pushes to every node of this replica the version it should run
+// (the latest, or per its labels while a rollout is staged) unless it has
+// it, was sent it, or runs something newer. It never waits on a node.
 func (h *Hub) Notify(ctx context.Context) error {
-	snap, err := h.latest(ctx)
+	p, err := h.latest(ctx)
 	if err != nil {
 		return err
 	}
@@ -773,7 +830,7 @@ func (h *Hub) Notify(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	for _, c := range conns {
-		c.offer(h, snap)
+		c.offer(h, p.forNode(c.labels))
 	}
 	return nil
 }
