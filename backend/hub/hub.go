@@ -322,6 +322,10 @@ type conn struct {
 	dirty     bool      // a change that must be written at the next flush
 	soft      bool      // only last_seen or rates changed
 	persisted time.Time // when the row was last handed to the store
+	// ranBefore is the version the node ran before it applied its current
+	// one at switchedAt (for stats cohorts).
+	ranBefore  int64
+	switchedAt time.Time
 }
 
 // closeError is how and why the console closed a connection.
@@ -660,6 +664,9 @@ func (h *Hub) handle(c *conn, msg any) error {
 			// registry and the versions API tell the story.
 			h.log.Debug("node applied version", "node_id", c.node.ID, "version", m.Version)
 		}
+		if m.Version != c.node.AppliedVersion {
+			c.ranBefore, c.switchedAt = c.node.AppliedVersion, now
+		}
 		c.node.AppliedVersion = m.Version
 		if c.node.NackVersion != nil && *c.node.NackVersion <= m.Version {
 			c.node.NackVersion, c.node.NackError, c.node.NackedAt = nil, "", nil
@@ -690,7 +697,7 @@ func (h *Hub) handle(c *conn, msg any) error {
 			// A refused report is counted by the sink and never
 			// aggregated; the node stays connected for its snapshots.
 			ingest := h.stats.Ingest
-			if h.canary(c.node.AppliedVersion) {
+			if h.inCanary(c, m.IntervalMS, now) {
 				ingest = h.stats.IngestCanary
 			}
 			if err := ingest(m, now); err != nil && h.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -808,11 +815,37 @@ func (h *Hub) encoded(ctx context.Context, v int64) (*encoded, error) {
 	return e, nil
 }
 
-// canary reports whether a node running version applied is in the canary
-// cohort: it runs the staged version of a rollout.
-func (h *Hub) canary(applied int64) bool {
+// cohortLinger is how long after a rollout ends its version's nodes still
+// count as the canary cohort (they are moving to the next version).
+const cohortLinger = time.Minute
+
+// canary reports whether a node that ran version v is in the canary
+// cohort: v is the version of the staged rollout, or of one that ended
+// within cohortLinger.
+func (h *Hub) canary(v int64, now time.Time) bool {
 	p := h.push.Load()
-	return p != nil && p.state.Staged != nil && p.state.Staged.Version == applied
+	if p == nil || p.state.Last == nil || p.state.Last.Version != v {
+		return false
+	}
+	r := p.state.Last
+	return r.EndedAt == nil || now.Sub(*r.EndedAt) < cohortLinger
+}
+
+// inCanary reports whether a stats report of c covering intervalMS up to
+// now counts in the canary cohort: the node runs the canary version, was
+// sent it and did not reject it (it may apply it before its ack arrives),
+// or ran it during that interval (it applied a version since). So the other
+// nodes' cohort only ever holds decisions made under other versions.
+// Caller holds c.mu.
+func (h *Hub) inCanary(c *conn, intervalMS int64, now time.Time) bool {
+	if h.canary(c.node.AppliedVersion, now) {
+		return true
+	}
+	if sent := c.sent.Load(); sent > c.node.AppliedVersion && (c.node.NackVersion == nil || *c.node.NackVersion != sent) && h.canary(sent, now) {
+		return true
+	}
+	switched := !c.switchedAt.IsZero() && now.Sub(c.switchedAt) <= time.Duration(intervalMS)*time.Millisecond
+	return switched && h.canary(c.ranBefore, now)
 }
 
 // Notify pushes to every node of this replica the version it should run

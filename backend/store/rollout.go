@@ -336,6 +336,10 @@ const maxMessageBytes = 2000
 type PushState struct {
 	Head   int64
 	Staged *Rollout
+	// Last is the newest rollout, staged or ended (nil if none): its nodes
+	// stay the canary cohort in stats for a moment after it ends, while
+	// they move to the next version.
+	Last *Rollout
 }
 
 // Target is the version a node with labels should run.
@@ -346,8 +350,9 @@ func (p PushState) Target(labels map[string]string) int64 {
 	return p.Head
 }
 
-// FindPushState reads the latest version and the staged rollout, if any,
-// from one consistent snapshot.
+// FindPushState reads the latest version and the newest rollout, if any,
+// from one consistent snapshot. (At most one rollout is staged, and it is
+// the newest: a publish while one is staged is refused.)
 func (s *Store) FindPushState(ctx context.Context) (PushState, error) {
 	var ps PushState
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -356,15 +361,18 @@ func (s *Store) FindPushState(ctx context.Context) (PushState, error) {
 			return err
 		}
 		var rows []rolloutRow
-		if err := tx.Where("state = ?", RolloutStaged).Find(&rows).Error; err != nil {
-			return fmt.Errorf("read staged rollout: %w", err)
+		if err := tx.Order("version DESC").Limit(1).Find(&rows).Error; err != nil {
+			return fmt.Errorf("read rollouts: %w", err)
 		}
 		if len(rows) > 0 {
 			r, err := rows[0].rollout()
 			if err != nil {
 				return err
 			}
-			ps.Staged = &r
+			ps.Last = &r
+			if r.State == RolloutStaged {
+				ps.Staged = &r
+			}
 		}
 		return nil
 	}, readOnly)
