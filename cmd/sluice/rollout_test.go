@@ -342,3 +342,35 @@ func hasAudit(t *testing.T, c *client, action, actor string) bool {
 	}
 	return false
 }
+
+// TestEnforcerLabels: --labels and SLUICE_LABELS are checked when the
+// enforcer starts, with the bad label named.
+func TestEnforcerLabels(t *testing.T) {
+	for _, tc := range []struct {
+		name, flag, env, want string
+	}{
+		{"flag", "canary=true,zone=eu-1", "", "labels=canary=true,zone=eu-1"},
+		{"env", "", "canary=true", "labels=canary=true"},
+		{"bad key", "bad key=1", "", `--labels (SLUICE_LABELS): label key "bad key"`},
+		{"no value", "", "canary", `"canary" is not key=value`},
+		{"twice", "a=1,a=2", "", `key "a" is given twice`},
+		{"empty value", "canary=", "", "values are 1-63"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			args := []string{"enforcer", "--print-config"}
+			if tc.flag != "" {
+				args = append(args, "--labels", tc.flag)
+			}
+			env := map[string]string{"SLUICE_LABELS": tc.env}
+			err := run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
+			got := out.String()
+			if err != nil {
+				got = err.Error()
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("got %q (err %v), want it to contain %q", got, err, tc.want)
+			}
+		})
+	}
+}
