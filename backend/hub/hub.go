@@ -8,6 +8,16 @@
 // LISTENs (reconnecting as needed), so a publish on one replica reaches the
 // nodes of all of them.
 //
+// What a node should run comes from Postgres too (store.FindPushState,
+// re-read on every notification): the latest version, or while a rollout
+// is staged its version for the nodes whose hello labels match and its base
+// version for the others. Ending a rollout notifies on the same channel. A
+// node is never offered a version at or below the one it has or was sent,
+// so it never goes back. Stats reports of nodes that run (or just moved
+// onto or off) the staged version count in the canary cohort, and one
+// replica (an advisory lock) judges a rollout's automatic halt every second
+// (rollout.go).
+//
 // Each connection has a reader (the HTTP handler goroutine) and a writer
 // goroutine fed by a small bounded queue. Nothing waits on a node: a node
 // whose queue is full, or whose writes or pings time out, is dropped and

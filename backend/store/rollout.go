@@ -237,14 +237,16 @@ func notStaged(r Rollout) error {
 	case RolloutPromoted:
 		return &RefusedError{Reason: fmt.Sprintf("version %d was promoted already (by %s)", r.Version, r.EndedBy)}
 	case RolloutRolledBack, RolloutHalted:
-		return &RefusedError{Reason: fmt.Sprintf("version %d's rollout ended: it was rolled back in version %d", r.Version, derefOr(r.EndedIn))}
+		return &RefusedError{Reason: fmt.Sprintf("version %d's rollout ended: it was rolled back in version %d", r.Version, deref(r.EndedIn))}
 	}
 	return nil
 }
 
-func derefOr(p *int64) int64 {
+// deref returns *p, or the zero value when p is nil.
+func deref[T any](p *T) T {
+	var zero T
 	if p == nil {
-		return 0
+		return zero
 	}
 	return *p
 }
@@ -351,32 +353,49 @@ func (p PushState) Target(labels map[string]string) int64 {
 }
 
 // FindPushState reads the latest version and the newest rollout, if any,
-// from one consistent snapshot. (At most one rollout is staged, and it is
-// the newest: a publish while one is staged is refused.)
+// in one statement (one consistent snapshot, one round trip: every node
+// connection reads it). At most one rollout is staged, and it is the
+// newest: a publish while one is staged is refused.
 func (s *Store) FindPushState(ctx context.Context) (PushState, error) {
-	var ps PushState
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		if ps.Head, err = headVersion(tx); err != nil {
-			return err
+	var rows []struct {
+		Head        int64
+		Version     *int64
+		BaseVersion *int64
+		Labels      *string
+		AutoHalt    *string
+		State       *string
+		CreatedAt   *time.Time
+		CreatedBy   *string
+		EndedAt     *time.Time
+		EndedBy     *string
+		EndedIn     *int64
+		Reason      *string
+	}
+	err := s.db.WithContext(ctx).Raw(`SELECT h.version AS head, r.version, r.base_version, r.labels, r.auto_halt,
+			r.state, r.created_at, r.created_by, r.ended_at, r.ended_by, r.ended_in, r.reason
+		FROM ruleset_head h LEFT JOIN LATERAL (SELECT * FROM rollouts ORDER BY version DESC LIMIT 1) r ON true`).Scan(&rows).Error
+	if err != nil {
+		return PushState{}, fmt.Errorf("read push state: %w", err)
+	}
+	if len(rows) != 1 {
+		return PushState{}, fmt.Errorf("read push state: %d head rows", len(rows))
+	}
+	x := rows[0]
+	ps := PushState{Head: x.Head}
+	if x.Version != nil {
+		row := rolloutRow{Version: *x.Version, BaseVersion: deref(x.BaseVersion), Labels: deref(x.Labels), AutoHalt: x.AutoHalt,
+			State: deref(x.State), CreatedAt: deref(x.CreatedAt), CreatedBy: deref(x.CreatedBy), EndedAt: x.EndedAt,
+			EndedBy: deref(x.EndedBy), EndedIn: x.EndedIn, Reason: deref(x.Reason)}
+		r, err := row.rollout()
+		if err != nil {
+			return PushState{}, err
 		}
-		var rows []rolloutRow
-		if err := tx.Order("version DESC").Limit(1).Find(&rows).Error; err != nil {
-			return fmt.Errorf("read rollouts: %w", err)
+		ps.Last = &r
+		if r.State == RolloutStaged {
+			ps.Staged = &r
 		}
-		if len(rows) > 0 {
-			r, err := rows[0].rollout()
-			if err != nil {
-				return err
-			}
-			ps.Last = &r
-			if r.State == RolloutStaged {
-				ps.Staged = &r
-			}
-		}
-		return nil
-	}, readOnly)
-	return ps, err
+	}
+	return ps, nil
 }
 
 // FindRollouts returns the rollouts of the given versions that were staged.
