@@ -274,6 +274,7 @@ func TestStagedRollout(t *testing.T) {
 			"auto_halt": map[string]any{"factor": 3, "min_limited_per_s": 5, "for_s": 2}}}, 200, &v)
 	v4 := v.Version
 	f.enforces(429, "canary-1", "canary-2")
+	trafficStart := time.Now()
 	tctx, stop := context.WithCancel(ctx)
 	var traffic sync.WaitGroup
 	for _, addr := range f.nodes {
@@ -291,6 +292,7 @@ func TestStagedRollout(t *testing.T) {
 	})
 	stop()
 	traffic.Wait()
+	t.Logf("halted %s after the canary's traffic started (for_s 2)", time.Since(trafficStart).Round(10*time.Millisecond))
 	r := halted.Rollout
 	if r.State != "halted" || r.EndedIn == nil || r.EndedBy != "system" || !strings.Contains(r.Reason, "automatic halt") {
 		t.Fatalf("rollout of %d = %+v, want halted by system", v4, r)
