@@ -108,6 +108,7 @@ type Hub struct {
 	loadMu  sync.Mutex           // one snapshot load and encode at a time
 	cache   map[int64]*encoded   // by version, the few newest; guarded by loadMu
 	push    atomic.Pointer[plan] // what the nodes should run, as last read
+	gen     atomic.Uint64        // push state reads started
 	pending atomic.Int64         // registry changes since the last flush
 	kick    chan struct{}
 
@@ -756,6 +757,7 @@ func rates(s *wire.Stats, at time.Time) *store.NodeRates {
 
 // plan is what the nodes should run, with the snapshot messages to send.
 type plan struct {
+	gen   uint64 // reads started later have higher gens
 	state store.PushState
 	head  *encoded // the latest version
 	base  *encoded // while a rollout is staged, its base version
@@ -776,11 +778,12 @@ const keepEncoded = 4
 // versions of a staged rollout) and returns it with its snapshot messages,
 // loading and serializing a version only once.
 func (h *Hub) latest(ctx context.Context) (*plan, error) {
+	gen := h.gen.Add(1)
 	ps, err := h.store.FindPushState(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &plan{state: ps}
+	p := &plan{gen: gen, state: ps}
 	if p.head, err = h.encoded(ctx, ps.Head); err != nil {
 		return nil, err
 	}
@@ -789,7 +792,14 @@ func (h *Hub) latest(ctx context.Context) (*plan, error) {
 			return nil, err
 		}
 	}
-	h.push.Store(p)
+	// A read that started later saw at least as much: never replace its
+	// plan with an older one (the stats cohort depends on it).
+	for {
+		old := h.push.Load()
+		if (old != nil && old.gen > p.gen) || h.push.CompareAndSwap(old, p) {
+			break
+		}
+	}
 	return p, nil
 }
 
