@@ -2,6 +2,9 @@ package stats
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +88,60 @@ func TestCohortsFleetWide(t *testing.T) {
 	// Out of the window: nothing.
 	if c, all := a.Cohort([]string{"api"}, t0.Unix()-WindowSeconds); !c.Zero() || !all.Zero() {
 		t.Errorf("a second outside the window has counts %+v %+v", c, all)
+	}
+}
+
+// TestPromoteMarkers: a promote is a marker in the live window and reaches
+// the streams of every replica (each polls Postgres).
+func TestPromoteMarkers(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	clk := &fakeClock{t: time.Now()}
+	a := newAggregator(t, st, "a", clk)
+	sub := a.Subscribe("api", false)
+	defer sub.Close()
+	head, err := st.CurrentVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := st.FindDomain(ctx, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := store.Actor{Name: "user:alice"}
+	v, err := st.Publish(ctx, store.Change{Domain: "api", YAML: "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		BaseVersion: d.Version, Message: "staged", Actor: act, Rollout: &store.RolloutSpec{Labels: map[string]string{"canary": "true"}}})
+	if err != nil || v != head+1 {
+		t.Fatalf("publish: %d, %v", v, err)
+	}
+	if err := st.Promote(ctx, v, "ship it", act); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(time.Now())
+	a.pollPromotions(ctx)
+	select {
+	case m := <-sub.Messages():
+		if s := string(m); !strings.Contains(s, `"kind":"promote"`) || !strings.Contains(s, `"message":"ship it"`) || !strings.Contains(s, `"author":"user:alice"`) {
+			t.Errorf("marker message %s", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no marker on the stream")
+	}
+	a.pollPromotions(ctx) // seen: not sent again
+	select {
+	case m := <-sub.Messages():
+		t.Errorf("second poll sent %s", m)
+	default:
+	}
+	view, err := a.Live(ctx, "api", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, m := range view.Markers {
+		kinds = append(kinds, fmt.Sprintf("%s:%d", m.Kind, m.Version))
+	}
+	if !slices.Contains(kinds, fmt.Sprintf("promote:%d", v)) || !slices.Contains(kinds, fmt.Sprintf("publish:%d", v)) {
+		t.Errorf("live markers %v, want publish and promote of %d", kinds, v)
 	}
 }
