@@ -141,6 +141,8 @@ func New(cfg Config) *API {
 	v1.GET("/versions/:n", viewer, a.h(a.getVersion))
 	v1.GET("/versions/:n/diff/:m", viewer, a.h(a.diffVersions))
 	v1.POST("/versions/:n/rollback", editor, a.h(a.rollback))
+	v1.POST("/versions/:n/promote", editor, a.h(a.promote))
+	v1.GET("/versions/:n/cohorts", viewer, a.h(a.versionCohorts))
 
 	v1.GET("/changes", viewer, a.h(a.listChanges))
 	v1.POST("/changes", editor, a.h(a.createChange))

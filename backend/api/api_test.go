@@ -236,6 +236,10 @@ var scenarios = []scenario{
 	{route: "GET /api/v1/versions/:n", path: "/api/v1/versions/1", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/versions/:n/diff/:m", path: "/api/v1/versions/1/diff/2", auth: "viewer", ok: 200},
 	{route: "POST /api/v1/versions/:n/rollback", path: "/api/v1/versions/1/rollback", body: `{"message":"m"}`, auth: "editor", ok: 200},
+	// Version 1 was not staged: an allowed caller is told so (the staged
+	// path is in TestRolloutAPI).
+	{route: "POST /api/v1/versions/:n/promote", path: "/api/v1/versions/1/promote", body: `{"message":"m"}`, auth: "editor", ok: 409},
+	{route: "GET /api/v1/versions/:n/cohorts", path: "/api/v1/versions/1/cohorts", auth: "viewer", ok: 404},
 	{route: "GET /api/v1/changes", path: "/api/v1/changes", auth: "viewer", ok: 200},
 	{route: "POST /api/v1/changes", path: "/api/v1/changes",
 		body: `{"domain":"cr-{cred}","yaml":"domain: cr-{cred}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n","message":"m"}`,

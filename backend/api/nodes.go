@@ -36,7 +36,11 @@ func (a *API) listNodes(c *gin.Context) error {
 			out = append(out, n)
 		}
 	}
-	c.JSON(http.StatusOK, gin.H{"nodes": out, "current_version": current})
+	ps, err := a.store.FindPushState(ctx)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"nodes": out, "current_version": current, "rollout": ps.Staged})
 	return nil
 }
 
@@ -47,11 +51,13 @@ func (a *API) nodeStream(c *gin.Context) {
 }
 
 // versionView is a version with how many of the connected nodes run it.
-// AppliedBy and Connected are null when they could not be counted.
+// AppliedBy and Connected are null when they could not be counted. Rollout
+// is set when the version was staged (null: it went to every node).
 type versionView struct {
 	store.Version
-	AppliedBy *int `json:"applied_by"`
-	Connected *int `json:"connected"`
+	AppliedBy *int           `json:"applied_by"`
+	Connected *int           `json:"connected"`
+	Rollout   *store.Rollout `json:"rollout"`
 }
 
 // withApplied adds to each version how many connected nodes run it. The
@@ -63,8 +69,19 @@ func (a *API) withApplied(c *gin.Context, vs ...store.Version) []versionView {
 	if err != nil {
 		a.log.WarnContext(c, "count nodes by version", "error", err)
 	}
+	ids := make([]int64, len(vs))
+	for i, v := range vs {
+		ids[i] = v.Version
+	}
+	rollouts, rerr := a.store.FindRollouts(c.Request.Context(), ids...)
+	if rerr != nil {
+		a.log.WarnContext(c, "read rollouts", "error", rerr)
+	}
 	for i, v := range vs {
 		out[i].Version = v
+		if r, ok := rollouts[v.Version]; ok {
+			out[i].Rollout = &r
+		}
 		if err == nil {
 			applied, connected := counts.ByVersion[v.Version], counts.Connected
 			out[i].AppliedBy, out[i].Connected = &applied, &connected

@@ -95,6 +95,8 @@ type publishRequest struct {
 	Message          string `json:"message"`
 	BaseVersion      int64  `json:"base_version"`
 	BreakGlassReason string `json:"break_glass_reason"`
+	// Rollout stages the version to the nodes it selects (rollout.go).
+	Rollout *store.RolloutSpec `json:"rollout"`
 }
 
 func checkMessage(m string) (string, error) { return freeText("message", m, true) }
@@ -114,11 +116,14 @@ func (a *API) putDomain(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkRollout(req.Rollout); err != nil {
+		return err
+	}
 	if err := validateDomain(name, req.YAML); err != nil {
 		return err
 	}
 	return a.submit(c, store.Change{Kind: store.KindPublish, Domain: name, YAML: req.YAML, BaseVersion: req.BaseVersion,
-		Message: msg, BreakGlass: req.BreakGlassReason})
+		Message: msg, BreakGlass: req.BreakGlassReason, Rollout: req.Rollout})
 }
 
 // validateDomain parses and compiles a domain; its name must match the URL.
@@ -217,6 +222,9 @@ func (a *API) submit(c *gin.Context, ch store.Change) error {
 	body := gin.H{"version": v}
 	if ch.Kind == store.KindRollback || ch.Kind == store.KindDomainRollback {
 		body["rollback_of"] = ch.RollbackTo
+	}
+	if ch.Rollout != nil {
+		body["rollout"] = gin.H{"state": store.RolloutStaged, "labels": ch.Rollout.Labels}
 	}
 	c.JSON(http.StatusOK, body)
 	return nil

@@ -8,6 +8,16 @@
 // LISTENs (reconnecting as needed), so a publish on one replica reaches the
 // nodes of all of them.
 //
+// What a node should run comes from Postgres too (store.FindPushState,
+// re-read on every notification): the latest version, or while a rollout
+// is staged its version for the nodes whose hello labels match and its base
+// version for the others. Ending a rollout notifies on the same channel. A
+// node is never offered a version at or below the one it has or was sent,
+// so it never goes back. Stats reports of nodes that run (or just moved
+// onto or off) the staged version count in the canary cohort, and one
+// replica (an advisory lock) judges a rollout's automatic halt every second
+// (rollout.go).
+//
 // Each connection has a reader (the HTTP handler goroutine) and a writer
 // goroutine fed by a small bounded queue. Nothing waits on a node: a node
 // whose queue is full, or whose writes or pings time out, is dropped and
@@ -37,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -92,14 +103,16 @@ type Hub struct {
 	id    string // this replica, shown as a node's console
 
 	mu      sync.Mutex
-	running bool             // Run was started
-	stopped bool             // Run is shutting down: no new nodes
-	conns   map[string]*conn // by node id
-	gone    []store.Node     // final rows of closed connections, not yet written
-	wg      sync.WaitGroup   // Serve calls in progress
-	loadMu  sync.Mutex       // one snapshot load and encode at a time
-	cache   atomic.Pointer[encoded]
-	pending atomic.Int64 // registry changes since the last flush
+	running bool                 // Run was started
+	stopped bool                 // Run is shutting down: no new nodes
+	conns   map[string]*conn     // by node id
+	gone    []store.Node         // final rows of closed connections, not yet written
+	wg      sync.WaitGroup       // Serve calls in progress
+	loadMu  sync.Mutex           // one snapshot load and encode at a time
+	cache   map[int64]*encoded   // by version, the few newest; guarded by loadMu
+	push    atomic.Pointer[plan] // what the nodes should run, as last read
+	gen     atomic.Uint64        // push state reads started
+	pending atomic.Int64         // registry changes since the last flush
 	kick    chan struct{}
 
 	encodes atomic.Int64 // snapshots serialized, for tests
@@ -111,6 +124,12 @@ type Hub struct {
 type StatsSink interface {
 	// Ingest adds a report received at at; an error refuses it whole.
 	Ingest(s *wire.Stats, at time.Time) error
+	// IngestCanary is Ingest for a report of a node that runs the staged
+	// version of a rollout: it also counts in the canary cohort.
+	IngestCanary(s *wire.Stats, at time.Time) error
+	// Cohort returns, summed over the rules of domains in second t
+	// (fleet-wide), the canary cohort's counts and everyone's.
+	Cohort(domains []string, t int64) (canary, all store.Counts)
 	// Refused counts a report the hub refused as malformed.
 	Refused(reason string)
 }
@@ -135,7 +154,7 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 	rand.Read(b)
 	return &Hub{
 		store: st, log: log, id: cmp.Or(host, "console") + "-" + hex.EncodeToString(b),
-		conns: make(map[string]*conn), kick: make(chan struct{}, 1),
+		conns: make(map[string]*conn), kick: make(chan struct{}, 1), cache: make(map[int64]*encoded),
 	}
 }
 
@@ -158,6 +177,7 @@ func (h *Hub) Run(ctx context.Context) error {
 
 	var bg sync.WaitGroup
 	bg.Go(func() { h.listen(ctx) })
+	bg.Go(func() { h.watchRollouts(ctx) })
 	h.flushLoop(ctx)
 	bg.Wait()
 
@@ -297,8 +317,9 @@ func (h *Hub) changed() {
 
 // conn is one node connection.
 type conn struct {
-	ws    *websocket.Conn
-	queue chan *encoded
+	ws     *websocket.Conn
+	labels map[string]string // from hello; never changed
+	queue  chan *encoded
 	// sent is the newest version queued for (or already held by) the node;
 	// a version is never queued twice on one connection, so a nacked
 	// version is not pushed again in a loop.
@@ -315,6 +336,10 @@ type conn struct {
 	dirty     bool      // a change that must be written at the next flush
 	soft      bool      // only last_seen or rates changed
 	persisted time.Time // when the row was last handed to the store
+	// ranBefore is the version the node ran before it applied its current
+	// one at switchedAt (for stats cohorts).
+	ranBefore  int64
+	switchedAt time.Time
 }
 
 // closeError is how and why the console closed a connection.
@@ -412,6 +437,7 @@ func (h *Hub) run(wctx context.Context, c *conn, addr string, tokenID int64, act
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
 		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
+	c.labels = hello.Labels
 	c.dirty = true
 	c.sent.Store(hello.AppliedVersion)
 
@@ -425,16 +451,16 @@ func (h *Hub) run(wctx context.Context, c *conn, addr string, tokenID int64, act
 		"build", hello.Build)
 
 	ctx := context.Background() // reads end when the websocket closes
-	snap, err := h.latest(ctx)
+	pl, err := h.latest(ctx)
 	if err != nil {
 		h.log.Error("load snapshot for node", "node_id", hello.NodeID, "error", err)
 		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
 	}
-	if hello.AppliedVersion > snap.version {
+	if hello.AppliedVersion > pl.state.Head {
 		h.log.Warn("node runs a version newer than the console's latest", "node_id", hello.NodeID,
-			"applied_version", hello.AppliedVersion, "latest_version", snap.version)
+			"applied_version", hello.AppliedVersion, "latest_version", pl.state.Head)
 	}
-	c.offer(h, snap)
+	c.offer(h, pl.forNode(c.labels))
 	werr := make(chan error, 1)
 	go func() { werr <- h.write(wctx, c) }()
 	rerr := h.read(ctx, c)
@@ -658,6 +684,9 @@ func (h *Hub) handle(c *conn, msg any) error {
 			// registry and the versions API tell the story.
 			h.log.Debug("node applied version", "node_id", c.node.ID, "version", m.Version)
 		}
+		if m.Version != c.node.AppliedVersion {
+			c.ranBefore, c.switchedAt = c.node.AppliedVersion, now
+		}
 		c.node.AppliedVersion = m.Version
 		if c.node.NackVersion != nil && *c.node.NackVersion <= m.Version {
 			c.node.NackVersion, c.node.NackError, c.node.NackedAt = nil, "", nil
@@ -687,7 +716,11 @@ func (h *Hub) handle(c *conn, msg any) error {
 		if h.stats != nil {
 			// A refused report is counted by the sink and never
 			// aggregated; the node stays connected for its snapshots.
-			if err := h.stats.Ingest(m, now); err != nil && h.log.Enabled(context.Background(), slog.LevelDebug) {
+			ingest := h.stats.Ingest
+			if h.inCanary(c, m.IntervalMS, now) {
+				ingest = h.stats.IngestCanary
+			}
+			if err := ingest(m, now); err != nil && h.log.Enabled(context.Background(), slog.LevelDebug) {
 				h.log.Debug("stats report refused", "node_id", c.node.ID, "error", err)
 			}
 		}
@@ -731,25 +764,65 @@ func rates(s *wire.Stats, at time.Time) *store.NodeRates {
 	return r
 }
 
-// latest returns the newest version's snapshot message, loading and
-// serializing it only when the version is new.
-func (h *Hub) latest(ctx context.Context) (*encoded, error) {
-	current, err := h.store.CurrentVersion(ctx)
+// plan is what the nodes should run, with the snapshot messages to send.
+type plan struct {
+	gen   uint64 // reads started later have higher gens
+	state store.PushState
+	head  *encoded // the latest version
+	base  *encoded // while a rollout is staged, its base version
+}
+
+// forNode returns the snapshot a node with labels should run.
+func (p *plan) forNode(labels map[string]string) *encoded {
+	if p.base != nil && p.state.Target(labels) == p.base.version {
+		return p.base
+	}
+	return p.head
+}
+
+// keepEncoded is how many versions' snapshot messages stay cached.
+const keepEncoded = 4
+
+// latest reads what the nodes should run (the latest version, or the two
+// versions of a staged rollout) and returns it with its snapshot messages,
+// loading and serializing a version only once.
+func (h *Hub) latest(ctx context.Context) (*plan, error) {
+	gen := h.gen.Add(1)
+	ps, err := h.store.FindPushState(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if e := h.cache.Load(); e != nil && e.version >= current {
-		return e, nil
+	p := &plan{gen: gen, state: ps}
+	if p.head, err = h.encoded(ctx, ps.Head); err != nil {
+		return nil, err
 	}
-	if current == 0 {
+	if ps.Staged != nil && ps.Staged.Version == ps.Head {
+		if p.base, err = h.encoded(ctx, ps.Staged.BaseVersion); err != nil {
+			return nil, err
+		}
+	}
+	// A read that started later saw at least as much: never replace its
+	// plan with an older one (the stats cohort depends on it).
+	for {
+		old := h.push.Load()
+		if (old != nil && old.gen > p.gen) || h.push.CompareAndSwap(old, p) {
+			break
+		}
+	}
+	return p, nil
+}
+
+// encoded returns version v's snapshot message (empty for version 0).
+func (h *Hub) encoded(ctx context.Context, v int64) (*encoded, error) {
+	if v == 0 {
 		return &encoded{}, nil // nothing published yet: nothing to send
 	}
 	h.loadMu.Lock()
 	defer h.loadMu.Unlock()
-	if e := h.cache.Load(); e != nil && e.version >= current {
+	if e := h.cache[v]; e != nil {
 		return e, nil
 	}
-	snap, err := h.store.FindSnapshot(ctx, current)
+	snap, err := h.store.FindSnapshot(ctx, v)
 	if err != nil {
 		return nil, err
 	}
@@ -764,14 +837,51 @@ func (h *Hub) latest(ctx context.Context) (*encoded, error) {
 	}
 	h.encodes.Add(1)
 	e := &encoded{version: snap.Version, data: data}
-	h.cache.Store(e)
+	h.cache[v] = e
+	for len(h.cache) > keepEncoded {
+		delete(h.cache, slices.Min(slices.Collect(maps.Keys(h.cache))))
+	}
 	return e, nil
 }
 
-// Notify pushes the latest version to every node of this replica that
-// neither has it nor was sent it. It never waits on a node.
+// cohortLinger is how long after a rollout ends its version's nodes still
+// count as the canary cohort (they are moving to the next version).
+const cohortLinger = time.Minute
+
+// canary reports whether a node that ran version v is in the canary
+// cohort: v is the version of the staged rollout, or of one that ended
+// within cohortLinger.
+func (h *Hub) canary(v int64, now time.Time) bool {
+	p := h.push.Load()
+	if p == nil || p.state.Last == nil || p.state.Last.Version != v {
+		return false
+	}
+	r := p.state.Last
+	return r.EndedAt == nil || now.Sub(*r.EndedAt) < cohortLinger
+}
+
+// inCanary reports whether a stats report of c covering intervalMS up to
+// now counts in the canary cohort: the node runs the canary version, was
+// sent it and did not reject it (it may apply it before its ack arrives),
+// or ran it during that interval (it applied a version since). So the other
+// nodes' cohort only ever holds decisions made under other versions.
+// Caller holds c.mu.
+func (h *Hub) inCanary(c *conn, intervalMS int64, now time.Time) bool {
+	if h.canary(c.node.AppliedVersion, now) {
+		return true
+	}
+	if sent := c.sent.Load(); sent > c.node.AppliedVersion && (c.node.NackVersion == nil || *c.node.NackVersion != sent) && h.canary(sent, now) {
+		return true
+	}
+	switched := !c.switchedAt.IsZero() && now.Sub(c.switchedAt) <= time.Duration(intervalMS)*time.Millisecond
+	return switched && h.canary(c.ranBefore, now)
+}
+
+// Notify pushes to every node of this replica the version it should run
+// (the latest, or per its labels while a rollout is staged) unless it has
+// it, was sent it, or runs something newer. It never waits on a node.
 func (h *Hub) Notify(ctx context.Context) error {
-	snap, err := h.latest(ctx)
+	p, err := h.latest(ctx)
 	if err != nil {
 		return err
 	}
@@ -782,7 +892,7 @@ func (h *Hub) Notify(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	for _, c := range conns {
-		c.offer(h, snap)
+		c.offer(h, p.forNode(c.labels))
 	}
 	return nil
 }

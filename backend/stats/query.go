@@ -123,6 +123,9 @@ func (a *Aggregator) events(ctx context.Context, domain string, from, to time.Ti
 	for i := len(versions) - 1; i >= 0; i-- { // oldest first
 		markers = append(markers, markerOf(versions[i]))
 	}
+	if markers, err = a.withPromotions(ctx, markers, domain, from, to); err != nil {
+		return nil, nil, err
+	}
 	list, err := a.st.ListSpikes(ctx, domain, from, to)
 	if err != nil {
 		return nil, nil, err

@@ -93,6 +93,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 				a.log.Debug("reload stats settings", "error", err)
 			}
 			spikesSeen = a.pollSpikes(ctx, spikesSeen)
+			a.pollPromotions(ctx)
 		case <-retention.C:
 			a.prune(ctx)
 		}
@@ -184,7 +185,8 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 		o := &s.own
 		if o.sec < cutoff && (!o.secC.Zero() || len(o.secTop) > 0) {
 			a.spillSecond(o.sec, s.key, o.secC, o.secTop)
-			o.secC, o.secTop = store.Counts{}, nil
+			a.spillCanary(o.sec, s.key, o.secCA, o.secCL)
+			o.secC, o.secTop, o.secCA, o.secCL = store.Counts{}, nil, 0, 0
 		}
 		if o.min < minuteCutoff && !o.minC.Zero() {
 			a.spillMinute(o.min, s.key, o.minC)
@@ -224,6 +226,7 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 		for _, f := range frames {
 			for _, r := range f.Rules {
 				a.spillSecond(f.T, store.RuleKey{Domain: r.Domain, Rule: r.Rule}, store.Counts{Allowed: r.A, Limited: r.L, ShadowLimited: r.S, StoreErrors: r.E}, r.Top)
+				a.spillCanary(f.T, store.RuleKey{Domain: r.Domain, Rule: r.Rule}, r.CA, r.CL)
 			}
 		}
 		a.mu.Unlock()
@@ -259,6 +262,7 @@ func (a *Aggregator) prune(ctx context.Context) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	oldest := now.Unix() - WindowSeconds
+	a.pruneCanaryLocked(oldest)
 	maps.DeleteFunc(a.series, func(_ store.RuleKey, s *series) bool {
 		for i := range s.slots {
 			if s.slots[i].t > oldest {

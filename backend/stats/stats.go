@@ -99,18 +99,20 @@ type Aggregator struct {
 	refused   *prometheus.CounterVec
 	now       func() time.Time
 
-	mu      sync.Mutex
-	series  map[store.RuleKey]*series
-	pending map[int64]map[store.RuleKey]*store.FrameRule // own counts per second, not yet in a frame
-	minutes map[minuteKey]store.Counts                   // own counts per minute, not yet rolled up
-	seen    map[int64]int64                              // frame ids read from others → when (Unix second)
-	domains map[string]bool                              // domains of every version seen
-	version int64                                        // newest version seen
-	config  store.AlertConfig
-	maskKey []byte
-	subs    map[*Subscription]struct{}
-	reports uint64    // reports ingested, for duplicate marks
-	scratch []*series // Ingest's, reused
+	mu       sync.Mutex
+	series   map[store.RuleKey]*series
+	pending  map[int64]map[store.RuleKey]*store.FrameRule // own counts per second, not yet in a frame
+	minutes  map[minuteKey]store.Counts                   // own counts per minute, not yet rolled up
+	seen     map[int64]int64                              // frame ids read from others → when (Unix second)
+	domains  map[string]bool                              // domains of every version seen
+	version  int64                                        // newest version seen
+	config   store.AlertConfig
+	maskKey  []byte
+	subs     map[*Subscription]struct{}
+	reports  uint64                          // reports ingested, for duplicate marks
+	scratch  []*series                       // Ingest's, reused
+	canary   map[store.RuleKey]*canarySeries // the canary cohort's share (cohort.go)
+	promoted time.Time                       // newest promote seen (cohort.go)
 }
 
 type minuteKey struct {
@@ -132,6 +134,8 @@ type series struct {
 type ownCounts struct {
 	sec    int64
 	secC   store.Counts
+	secCA  int64 // the canary cohort's share of secC's allowed and limited
+	secCL  int64
 	secTop []wire.ValueCount
 	min    int64
 	minC   store.Counts
@@ -214,7 +218,11 @@ func (a *Aggregator) Refused(reason string) { a.refused.WithLabelValues(reason).
 // UTF-8 or with a NUL, a rule twice, a domain no version has, or a rule
 // beyond MaxSeries.
 func (a *Aggregator) Ingest(m *wire.Stats, at time.Time) error {
-	err := a.ingest(m, at)
+	return a.ingestAs(m, at, false)
+}
+
+func (a *Aggregator) ingestAs(m *wire.Stats, at time.Time, canary bool) error {
+	err := a.ingest(m, at, canary)
 	var re *RefusedError
 	if errors.As(err, &re) {
 		a.refused.WithLabelValues(re.Reason).Inc()
@@ -222,7 +230,7 @@ func (a *Aggregator) Ingest(m *wire.Stats, at time.Time) error {
 	return err
 }
 
-func (a *Aggregator) ingest(m *wire.Stats, at time.Time) error {
+func (a *Aggregator) ingest(m *wire.Stats, at time.Time, canary bool) error {
 	if err := m.Validate(); err != nil {
 		return refuse("invalid", "%s", err.Error())
 	}
@@ -278,6 +286,10 @@ func (a *Aggregator) ingest(m *wire.Stats, at time.Time) error {
 		sl.c.Add(c)
 		sl.top = mergeTop(sl.top, r.TopLimited)
 		a.own(s, t, c, r.TopLimited)
+		if canary {
+			a.addCanaryLocked(s.key, t, c.Allowed, c.Limited)
+			s.own.secCA, s.own.secCL = s.own.secCA+c.Allowed, s.own.secCL+c.Limited
+		}
 	}
 	return nil
 }
@@ -290,8 +302,9 @@ func (a *Aggregator) own(s *series, t int64, c store.Counts, top []wire.ValueCou
 	if o.sec != t {
 		if !o.secC.Zero() || len(o.secTop) > 0 {
 			a.spillSecond(o.sec, s.key, o.secC, o.secTop)
+			a.spillCanary(o.sec, s.key, o.secCA, o.secCL)
 		}
-		o.sec, o.secC, o.secTop = t, store.Counts{}, nil
+		o.sec, o.secC, o.secTop, o.secCA, o.secCL = t, store.Counts{}, nil, 0, 0
 	}
 	o.secC.Add(c)
 	o.secTop = mergeTop(o.secTop, top)
@@ -425,6 +438,9 @@ func (a *Aggregator) applyFrameLocked(f store.Frame) {
 			continue
 		}
 		a.addLocked(k, f.T, store.Counts{Allowed: r.A, Limited: r.L, ShadowLimited: r.S, StoreErrors: r.E}, r.Top)
+		if r.CA > 0 || r.CL > 0 {
+			a.addCanaryLocked(k, f.T, r.CA, r.CL)
+		}
 	}
 }
 

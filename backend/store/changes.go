@@ -83,6 +83,11 @@ func (r changeRow) plan() plan {
 // fails as Publish would if c cannot apply to the current ruleset (stale
 // base, unknown domain or version). BreakGlass is ignored.
 func (s *Store) Propose(ctx context.Context, c Change) (ChangeRequest, error) {
+	if c.Rollout != nil {
+		// A change request does not carry a rollout (yet): approving it
+		// would send it to every node, which is not what was asked.
+		return ChangeRequest{}, &InvalidError{Reason: "a staged rollout cannot wait for approval: publish it staged with break_glass_reason (admins), or propose it without rollout"}
+	}
 	var row changeRow
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		head, err := headVersion(tx)

@@ -56,6 +56,10 @@ type FrameRule struct {
 	S      int64             `json:"s,omitempty"`
 	E      int64             `json:"e,omitempty"`
 	Top    []wire.ValueCount `json:"top,omitempty"`
+	// CA and CL are the canary cohort's share of A and L: the nodes that
+	// run a staged rollout's version.
+	CA int64 `json:"ca,omitempty"`
+	CL int64 `json:"cl,omitempty"`
 }
 
 // Frame is what one console replica's nodes decided in one second.

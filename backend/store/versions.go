@@ -102,6 +102,9 @@ type Change struct {
 	// BaseVersion is the ruleset version the author saw, and it fails with
 	// a *ConflictError if any of these domains changed after it.
 	Edits []DomainEdit
+	// Rollout, for KindPublish, stages the new version to the nodes it
+	// selects (see rollout.go); nil sends it to every node.
+	Rollout *RolloutSpec
 }
 
 // ErrApprovalRequired is returned by Publish when the require_approval
@@ -378,8 +381,27 @@ type versionMeta struct {
 	changeID   *int64
 }
 
-// apply writes p as version v, with its audit event by act.
+// apply writes p as version v, with its audit event by act. While a
+// rollout is staged only a ruleset rollback may be written, and it ends the
+// rollout (a *RefusedError otherwise).
 func apply(tx *gorm.DB, p plan, v int64, meta versionMeta, act Actor) error {
+	staged, err := stagedRollout(tx)
+	if err != nil {
+		return err
+	}
+	if staged != nil && p.kind != KindRollback {
+		return refuseWhileStaged(staged)
+	}
+	if err := applyPlan(tx, p, v, meta, act); err != nil {
+		return err
+	}
+	if staged != nil {
+		return endRollout(tx, staged, RolloutRolledBack, &v, act, meta.message)
+	}
+	return nil
+}
+
+func applyPlan(tx *gorm.DB, p plan, v int64, meta versionMeta, act Actor) error {
 	switch p.kind {
 	case KindRollback:
 		return applyRollback(tx, p, v, meta, act)
@@ -541,6 +563,9 @@ func (s *Store) Publish(ctx context.Context, c Change) (int64, error) {
 		if required && c.BreakGlass == "" {
 			return ErrApprovalRequired
 		}
+		if c.Rollout != nil && c.Kind != KindPublish && c.Kind != "" {
+			return &InvalidError{Reason: "only a domain publish can be staged"}
+		}
 		v, err := nextVersion(tx)
 		if err != nil {
 			return err
@@ -551,6 +576,11 @@ func (s *Store) Publish(ctx context.Context, c Change) (int64, error) {
 		}
 		if err := apply(tx, p, v, versionMeta{author: c.Actor.Name, message: c.Message}, c.Actor); err != nil {
 			return err
+		}
+		if c.Rollout != nil {
+			if err := stage(tx, v, c.Rollout, c.Actor); err != nil {
+				return err
+			}
 		}
 		version = v
 		if required {

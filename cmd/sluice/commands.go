@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/enforcer/middleware"
 	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/rules/wire"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"
@@ -158,19 +159,14 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	return enforcer.Run(ctx, cfg, log, nil)
 }
 
+// parseLabels reads --labels (k=v,k=v); a bad label is an error naming it,
+// so a node never starts with labels no rollout could select.
 func parseLabels(s string) (map[string]string, error) {
-	if s == "" {
-		return nil, nil
+	m, err := wire.ParseLabels(s)
+	if err != nil {
+		return nil, fmt.Errorf("enforcer: --labels (SLUICE_LABELS): %w", err)
 	}
-	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("labels: %q is not key=value", kv)
-		}
-		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
-	}
-	return out, nil
+	return m, nil
 }
 
 func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

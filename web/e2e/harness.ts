@@ -122,7 +122,7 @@ export function startConsole(databaseURL: string, adminPassword: string): Promis
 }
 
 /** startEnforcer runs `sluice enforcer` on free ports against the console. */
-export async function startEnforcer(consoleURL: string, token: string, nodeID: string): Promise<Proc & { cleanup(): void }> {
+export async function startEnforcer(consoleURL: string, token: string, nodeID: string, extra: string[] = []): Promise<Proc & { cleanup(): void }> {
   const state = mkdtempSync(join(tmpdir(), 'sluice-ui-e2e-'));
   const p = await startSluice(
     [
@@ -141,6 +141,7 @@ export async function startEnforcer(consoleURL: string, token: string, nodeID: s
       '127.0.0.1:0',
       '--state-dir',
       state,
+      ...extra,
     ],
     {},
     /msg="enforcer listening".*?http_addr=(\S+)/,

@@ -210,9 +210,17 @@ function publishResult(a: Answer<unknown>): PublishResult {
  * publish validates and publishes a domain's YAML based on base_version.
  * breakGlass (admins, four-eyes on) publishes at once with an audited reason.
  */
-export async function publish(name: string, yaml: string, message: string, baseVersion: number, breakGlass = ''): Promise<PublishResult> {
+export async function publish(
+  name: string,
+  yaml: string,
+  message: string,
+  baseVersion: number,
+  breakGlass = '',
+  rollout?: RolloutSpec,
+): Promise<PublishResult> {
   const body: Record<string, unknown> = { yaml, message, base_version: baseVersion };
   if (breakGlass !== '') body.break_glass_reason = breakGlass;
+  if (rollout) body.rollout = rollout;
   return publishResult(await send('PUT', `/domains/${seg(name)}`, body));
 }
 
@@ -237,6 +245,8 @@ export interface Version {
   change_id?: number | null;
   /** The domains this version changed (issue 5). */
   domains?: string[];
+  /** Set when the version was staged to labelled nodes (issue 19). */
+  rollout?: Rollout | null;
 }
 
 /**
@@ -819,4 +829,63 @@ export async function quotas(q: QuotaQuery, limit: number, offset = 0): Promise<
 /** quotasCSVURL is the link that downloads the selected usage as CSV. */
 export function quotasCSVURL(q: QuotaQuery): string {
   return `${base}/quotas${quotaParams({ ...q, value: undefined }, { format: 'csv' })}`;
+}
+
+// --- staged rollout (issue 19) ---------------------------------------------------
+
+/** AutoHalt rolls a staged version back by itself when its canary limits far more than the rest. */
+export interface AutoHalt {
+  factor: number;
+  min_limited_per_s: number;
+  for_s?: number;
+}
+
+/** RolloutSpec stages a publish to the nodes whose labels include all of labels. */
+export interface RolloutSpec {
+  labels: Record<string, string>;
+  auto_halt?: AutoHalt;
+}
+
+/** Rollout is a staged version's rollout and how it ended. */
+export interface Rollout {
+  version: number;
+  base_version: number;
+  labels: Record<string, string>;
+  auto_halt: AutoHalt | null;
+  state: 'staged' | 'promoted' | 'rolled_back' | 'halted';
+  created_at: string;
+  created_by: string;
+  ended_at: string | null;
+  ended_by?: string;
+  ended_in: number | null;
+  reason?: string;
+}
+
+/** promote sends staged version n to every node. */
+export async function promote(n: number, message: string): Promise<number> {
+  const out = await request<{ version: number }>('POST', `/versions/${seg(n)}/promote`, { message });
+  return out.version;
+}
+
+/** CohortPoint is one second of a staged version's canary and the other nodes. */
+export interface CohortPoint {
+  t: number;
+  canary_allowed: number;
+  canary_limited: number;
+  rest_allowed: number;
+  rest_limited: number;
+}
+
+/** Cohorts is GET /versions/{n}/cohorts. */
+export interface Cohorts {
+  rollout: Rollout;
+  domains: string[];
+  from: number;
+  to: number;
+  points: CohortPoint[];
+}
+
+/** cohorts returns a staged version's canary against the others, per second. */
+export function cohorts(n: number): Promise<Cohorts> {
+  return request<Cohorts>('GET', `/versions/${seg(n)}/cohorts`);
 }
