@@ -31,6 +31,7 @@ type ruleStats struct {
 type stats struct {
 	mu    sync.Mutex
 	rules map[[2]string]*ruleStats // by domain, rule name
+	pv    previewState             // the impact preview's recorder (preview.go)
 }
 
 // count records the outcome of each matched limit of a decided check. A
@@ -60,6 +61,7 @@ func (st *stats) count(req *Request, res *Result) {
 			rs = &ruleStats{}
 			st.rules[key] = rs
 		}
+		st.pv.recordEntries(key, req.Descriptors[i].Entries, s.Shadowed || s.Code == OverLimit)
 		switch {
 		case s.StoreFailed && !s.Local:
 			rs.storeErrors++

@@ -123,6 +123,8 @@ func New(cfg Config) (*Node, error) {
 		StateDir:   cfg.StateDir,
 		// Per-rule counts and top limited values for the console.
 		StatsSource: n.Engine.TakeStats,
+		// Per-value hit histograms for the impact preview.
+		PreviewSource: n.Engine.TakePreview,
 	}, n.Engine, log)
 	if err != nil {
 		client.Close()

@@ -1,0 +1,218 @@
+package engine
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/rules/wire"
+)
+
+// Bounds of the impact-preview recorder (see wire.RulePreview). Per rule and
+// span (a minute) it keeps one small record per distinct descriptor value,
+// at most previewValues of them, and at most previewBudget over all rules;
+// the requests of further values count as Untracked (the console widens its
+// bounds by them). Cost on the check path: one map lookup per counted limit,
+// under the lock the stats take anyway; a value's record is allocated once
+// per span. Memory: about 100 bytes per tracked value, so at most ~25 MB.
+const (
+	previewValues = 4096
+	previewBudget = 1 << 18
+	// DefaultPreviewSpan is how long one preview span lasts.
+	DefaultPreviewSpan = time.Minute
+)
+
+// valueHits is one value's hits in the current span: in all, in second
+// cur, and in its busiest second before cur.
+type valueHits struct {
+	total, cur, inCur, peak int64
+}
+
+// previewRule is one rule's current span.
+type previewRule struct {
+	start, end        int64 // Unix seconds
+	requests, limited int64
+	untracked         int64
+	values            map[string]*valueHits
+	second            map[int]*[2]int64 // bucket → entries, sum: closed (value, second) pairs
+}
+
+// previewState is the recorder; guarded by stats.mu.
+type previewState struct {
+	span    int64 // seconds; 0 means DefaultPreviewSpan
+	tracked int   // values tracked over all rules
+	rules   map[[2]string]*previewRule
+	closed  []closedSpan // spans ended, not yet taken
+	scratch []byte
+}
+
+type closedSpan struct {
+	key [2]string
+	r   *previewRule
+}
+
+// SetPreviewSpan sets the length of a preview span (DefaultPreviewSpan
+// unless set; whole seconds, at least one). Tests shorten it so that a
+// span ends within the test.
+func (e *Engine) SetPreviewSpan(d time.Duration) {
+	e.stats.mu.Lock()
+	defer e.stats.mu.Unlock()
+	e.stats.pv.span = max(int64(d/time.Second), 1)
+}
+
+// recordEntries counts one request's hit of a rule's limit for the value
+// its descriptor entries name; limited says whether the rule rejected it
+// (or would have, in shadow mode). Caller holds stats.mu.
+func (pv *previewState) recordEntries(key [2]string, entries []rules.Entry, limited bool) {
+	if len(entries) == 1 {
+		pv.record(key, entries[0].Value, nil, limited)
+		return
+	}
+	// Several entries: their keys and values, NUL-separated, in a reused
+	// buffer (a lookup by string(b) does not allocate).
+	b := pv.scratch[:0]
+	for _, e := range entries {
+		b = append(append(append(append(b, e.Key...), 0), e.Value...), 0)
+	}
+	pv.scratch = b
+	pv.record(key, "", b, limited)
+}
+
+// record counts one hit of value v (or b, when not nil).
+func (pv *previewState) record(key [2]string, v string, b []byte, limited bool) {
+	now := pv.clock()
+	r := pv.rules[key]
+	if r == nil || now >= r.end {
+		r = pv.open(key, now)
+	}
+	r.requests++
+	if limited {
+		r.limited++
+	}
+	var h *valueHits
+	if b != nil {
+		h = r.values[string(b)]
+	} else {
+		h = r.values[v]
+	}
+	if h == nil {
+		if len(r.values) >= previewValues || pv.tracked >= previewBudget {
+			r.untracked++
+			return
+		}
+		h = &valueHits{cur: now}
+		// The value may point into a large request buffer: keep a copy.
+		if b != nil {
+			v = string(b)
+		} else {
+			v = strings.Clone(v)
+		}
+		r.values[v] = h
+		pv.tracked++
+	}
+	if h.cur != now {
+		r.closeSecond(h)
+		h.cur = now
+	}
+	h.inCur++
+	h.total++
+}
+
+func (pv *previewState) clock() int64 { return time.Now().Unix() }
+
+// open starts key's span holding second now, closing the previous one.
+func (pv *previewState) open(key [2]string, now int64) *previewRule {
+	if pv.rules == nil {
+		pv.rules = make(map[[2]string]*previewRule)
+	}
+	if old := pv.rules[key]; old != nil {
+		pv.close(key, old)
+	}
+	span := cmp.Or(pv.span, int64(DefaultPreviewSpan/time.Second))
+	start := now - now%span
+	r := &previewRule{start: start, end: start + span, values: make(map[string]*valueHits), second: make(map[int]*[2]int64)}
+	pv.rules[key] = r
+	return r
+}
+
+func (pv *previewState) close(key [2]string, r *previewRule) {
+	pv.tracked -= len(r.values)
+	pv.closed = append(pv.closed, closedSpan{key, r})
+	delete(pv.rules, key)
+}
+
+// closeSecond adds h's hits in its current second to the Second histogram.
+func (r *previewRule) closeSecond(h *valueHits) {
+	if h.inCur == 0 {
+		return
+	}
+	b := r.second[wire.Bucket(h.inCur)]
+	if b == nil {
+		b = new([2]int64)
+		r.second[wire.Bucket(h.inCur)] = b
+	}
+	b[0]++
+	b[1] += h.inCur
+	h.peak = max(h.peak, h.inCur)
+	h.inCur = 0
+}
+
+// TakePreview returns every preview span that has ended since its previous
+// call, per rule (wire.RulePreview), sorted by domain, rule and start. The
+// histograms are built here, off the check path. It is the enforcer's
+// subscriber.PreviewSource.
+func (e *Engine) TakePreview() []wire.RulePreview {
+	st := &e.stats
+	st.mu.Lock()
+	now := st.pv.clock()
+	for key, r := range st.pv.rules {
+		if now >= r.end {
+			st.pv.close(key, r)
+		}
+	}
+	closed := st.pv.closed
+	st.pv.closed = nil
+	st.mu.Unlock()
+
+	out := make([]wire.RulePreview, 0, len(closed))
+	for _, c := range closed {
+		out = append(out, c.r.report(c.key))
+	}
+	slices.SortFunc(out, func(a, b wire.RulePreview) int {
+		return cmp.Or(strings.Compare(a.Domain, b.Domain), strings.Compare(a.Rule, b.Rule), cmp.Compare(a.T, b.T))
+	})
+	return out
+}
+
+// report builds the span's histograms; r is no longer shared.
+func (r *previewRule) report(key [2]string) wire.RulePreview {
+	peak, span := map[int]*[2]int64{}, map[int]*[2]int64{}
+	add := func(m map[int]*[2]int64, c int64) {
+		b := m[wire.Bucket(c)]
+		if b == nil {
+			b = new([2]int64)
+			m[wire.Bucket(c)] = b
+		}
+		b[0]++
+		b[1] += c
+	}
+	for _, h := range r.values {
+		r.closeSecond(h)
+		add(peak, h.peak)
+		add(span, h.total)
+	}
+	return wire.RulePreview{Domain: key[0], Rule: key[1], T: r.start, SpanS: r.end - r.start,
+		Requests: r.requests, Limited: r.limited, Untracked: r.untracked,
+		Second: histogram(r.second), Peak: histogram(peak), Span: histogram(span)}
+}
+
+func histogram(m map[int]*[2]int64) wire.Histogram {
+	h := make(wire.Histogram, 0, len(m))
+	for b, v := range m {
+		h = append(h, wire.HistBucket{int64(b), v[0], v[1]})
+	}
+	slices.SortFunc(h, func(a, b wire.HistBucket) int { return cmp.Compare(a[0], b[0]) })
+	return h
+}
