@@ -109,8 +109,9 @@ type Aggregator struct {
 	config  store.AlertConfig
 	maskKey []byte
 	subs    map[*Subscription]struct{}
-	reports uint64    // reports ingested, for duplicate marks
-	scratch []*series // Ingest's, reused
+	reports uint64        // reports ingested, for duplicate marks
+	scratch []*series     // Ingest's, reused
+	pv      previewBuffer // the impact preview's spans, not yet written (preview.go)
 }
 
 type minuteKey struct {
@@ -265,6 +266,10 @@ func (a *Aggregator) ingest(m *wire.Stats, at time.Time) error {
 	if len(a.series)+len(fresh) > MaxSeries {
 		return refuse("too_many_rules", "over %d rules tracked", MaxSeries)
 	}
+	if re := a.checkPreviewLocked(m, now); re != nil {
+		return re
+	}
+	a.pv.add(m.Preview)
 	a.scratch = found[:0]
 	for i, r := range m.Rules {
 		s := found[i]
