@@ -55,24 +55,29 @@ type previewBuffer struct {
 	pruned  time.Time
 }
 
-// checkPreviewLocked checks the previews of a report for Ingest; caller
-// holds a.mu.
-func (a *Aggregator) checkPreviewLocked(m *wire.Stats, now int64) *RefusedError {
+// checkPreviewLocked checks the previews of a report for Ingest and returns
+// those it keeps: it drops (and counts, as refused previews) the spans
+// outside the window a preview replays, by the node's clock: too old to
+// matter, or from a node whose clock is far ahead. Caller holds a.mu.
+func (a *Aggregator) checkPreviewLocked(m *wire.Stats, now int64) ([]wire.RulePreview, *RefusedError) {
+	var kept []wire.RulePreview
 	for i, p := range m.Preview {
 		if err := checkName("domain", p.Domain); err != nil {
-			return refuse("invalid", "preview[%d]: %s", i, err)
+			return nil, refuse("invalid", "preview[%d]: %s", i, err)
 		}
 		if err := checkName("rule", p.Rule); err != nil {
-			return refuse("invalid", "preview[%d]: %s", i, err)
+			return nil, refuse("invalid", "preview[%d]: %s", i, err)
 		}
 		if !a.domains[p.Domain] {
-			return refuse("unknown_domain", "preview[%d]: no version has domain %q", i, p.Domain)
+			return nil, refuse("unknown_domain", "preview[%d]: no version has domain %q", i, p.Domain)
 		}
-		if p.T+p.SpanS < now-int64(previewKeep/time.Second) || p.T > now+60 {
-			return refuse("invalid", "preview[%d]: span at %d is outside the window", i, p.T)
+		if p.T+p.SpanS < now-int64(PreviewWindow/time.Second) || p.T > now+60 {
+			a.refused.WithLabelValues("preview_outside_window").Inc()
+			continue
 		}
+		kept = append(kept, p)
 	}
-	return nil
+	return kept, nil
 }
 
 // add merges previews into the pending spans.

@@ -266,10 +266,11 @@ func (a *Aggregator) ingest(m *wire.Stats, at time.Time) error {
 	if len(a.series)+len(fresh) > MaxSeries {
 		return refuse("too_many_rules", "over %d rules tracked", MaxSeries)
 	}
-	if re := a.checkPreviewLocked(m, now); re != nil {
+	preview, re := a.checkPreviewLocked(m, now)
+	if re != nil {
 		return re
 	}
-	a.pv.add(m.Preview)
+	a.pv.add(preview)
 	a.scratch = found[:0]
 	for i, r := range m.Rules {
 		s := found[i]

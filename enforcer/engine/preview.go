@@ -16,12 +16,18 @@ import (
 // the requests of further values count as Untracked (the console widens its
 // bounds by them). Cost on the check path: one map lookup per counted limit,
 // under the lock the stats take anyway; a value's record is allocated once
-// per span. Memory: about 100 bytes per tracked value, so at most ~25 MB.
+// per span. Memory: about 100 bytes per tracked value, so at most ~25 MB
+// for the spans being counted and as much for ended spans not yet taken
+// (while the console is unreachable): past that the oldest ended spans are
+// dropped, and TakePreview drops those older than previewMaxAge, which
+// the console would not keep anyway. With WithoutStats nothing is recorded.
 const (
 	previewValues = 4096
 	previewBudget = 1 << 18
 	// DefaultPreviewSpan is how long one preview span lasts.
 	DefaultPreviewSpan = time.Minute
+	// previewMaxAge is how old an ended span may be and still be reported.
+	previewMaxAge = time.Hour
 )
 
 // valueHits is one value's hits in the current span: in all, in second
@@ -45,6 +51,7 @@ type previewState struct {
 	tracked int   // values tracked over all rules
 	rules   map[[2]string]*previewRule
 	closed  []closedSpan // spans ended, not yet taken
+	held    int          // values in closed
 	scratch []byte
 }
 
@@ -139,8 +146,14 @@ func (pv *previewState) open(key [2]string, now int64) *previewRule {
 
 func (pv *previewState) close(key [2]string, r *previewRule) {
 	pv.tracked -= len(r.values)
+	pv.held += len(r.values)
 	pv.closed = append(pv.closed, closedSpan{key, r})
 	delete(pv.rules, key)
+	for pv.held > previewBudget && len(pv.closed) > 1 {
+		pv.held -= len(pv.closed[0].r.values)
+		pv.closed[0] = closedSpan{}
+		pv.closed = pv.closed[1:]
+	}
 }
 
 // closeSecond adds h's hits in its current second to the Second histogram.
@@ -173,12 +186,15 @@ func (e *Engine) TakePreview() []wire.RulePreview {
 		}
 	}
 	closed := st.pv.closed
-	st.pv.closed = nil
+	st.pv.closed, st.pv.held = nil, 0
 	st.mu.Unlock()
 
 	out := make([]wire.RulePreview, 0, len(closed))
+	oldest := now - int64(previewMaxAge/time.Second)
 	for _, c := range closed {
-		out = append(out, c.r.report(c.key))
+		if c.r.end > oldest {
+			out = append(out, c.r.report(c.key))
+		}
 	}
 	slices.SortFunc(out, func(a, b wire.RulePreview) int {
 		return cmp.Or(strings.Compare(a.Domain, b.Domain), strings.Compare(a.Rule, b.Rule), cmp.Compare(a.T, b.T))
