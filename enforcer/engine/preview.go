@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"time"
@@ -14,13 +15,15 @@ import (
 // span (a minute) it keeps one small record per distinct descriptor value,
 // at most previewValues of them, and at most previewBudget over all rules;
 // the requests of further values count as Untracked (the console widens its
-// bounds by them). Cost on the check path: one map lookup per counted limit,
-// under the lock the stats take anyway; a value's record is allocated once
-// per span. Memory: about 100 bytes per tracked value, so at most ~25 MB
-// for the spans being counted and as much for ended spans not yet taken
-// (while the console is unreachable): past that the oldest ended spans are
-// dropped, and TakePreview drops those older than previewMaxAge, which
-// the console would not keep anyway. With WithoutStats nothing is recorded.
+// bounds by them). Cost on the check path: a hash of the value (see
+// previewID) and one map lookup per counted limit, under the lock the
+// stats take anyway; a value's record is allocated once per span. Memory:
+// about 80 bytes per tracked value (values are kept as hashes), so at most
+// ~20 MB for the spans being counted and as much for ended spans not yet
+// taken (while the console is unreachable): past that the oldest ended
+// spans are dropped, and TakePreview drops those older than previewMaxAge,
+// which the console would not keep anyway. With WithoutStats nothing is
+// recorded.
 const (
 	previewValues = 4096
 	previewBudget = 1 << 18
@@ -41,8 +44,8 @@ type previewRule struct {
 	start, end        int64 // Unix seconds
 	requests, limited int64
 	untracked         int64
-	values            map[string]*valueHits
-	second            map[int]*[2]int64 // bucket → entries, sum: closed (value, second) pairs
+	values            map[uint64]*valueHits // by previewID
+	second            map[int]*[2]int64     // bucket → entries, sum: closed (value, second) pairs
 }
 
 // previewState is the recorder; guarded by stats.mu.
@@ -52,7 +55,6 @@ type previewState struct {
 	rules   map[[2]string]*previewRule
 	closed  []closedSpan // spans ended, not yet taken
 	held    int          // values in closed
-	scratch []byte
 }
 
 type closedSpan struct {
@@ -73,22 +75,39 @@ func (e *Engine) SetPreviewSpan(d time.Duration) {
 // its descriptor entries name; limited says whether the rule rejected it
 // (or would have, in shadow mode). Caller holds stats.mu.
 func (pv *previewState) recordEntries(key [2]string, entries []rules.Entry, limited bool) {
-	if len(entries) == 1 {
-		pv.record(key, entries[0].Value, nil, limited)
-		return
-	}
-	// Several entries: their keys and values, NUL-separated, in a reused
-	// buffer (a lookup by string(b) does not allocate).
-	b := pv.scratch[:0]
-	for _, e := range entries {
-		b = append(append(append(append(b, e.Key...), 0), e.Value...), 0)
-	}
-	pv.scratch = b
-	pv.record(key, "", b, limited)
+	pv.record(key, previewID(entries), limited)
 }
 
-// record counts one hit of value v (or b, when not nil).
-func (pv *previewState) record(key [2]string, v string, b []byte, limited bool) {
+// previewSeed keys previewID's hash, once per process.
+var previewSeed = maphash.MakeSeed()
+
+// previewIDBytes is how much of each entry's key and value names a value
+// in the recorder: values that agree on their first 256 bytes count as
+// one, as in TopLimited.
+const previewIDBytes = 256
+
+// previewID names a descriptor value by a 64-bit hash of its entries (cut
+// to previewIDBytes each), so that the recorder keeps no values and hashes
+// at most 16 KiB per descriptor. Two values share a hash with odds of about
+// n²/2⁶⁵ for n values of a rule in a span (1 in 10¹² for 4,096).
+func previewID(entries []rules.Entry) uint64 {
+	if len(entries) == 1 {
+		return maphash.String(previewSeed, wire.Cut(entries[0].Value, previewIDBytes))
+	}
+	var h maphash.Hash
+	h.SetSeed(previewSeed)
+	for _, e := range entries {
+		k, v := wire.Cut(e.Key, previewIDBytes), wire.Cut(e.Value, previewIDBytes)
+		h.WriteByte(byte(len(k)))
+		h.WriteString(k)
+		h.WriteByte(byte(len(v)))
+		h.WriteString(v)
+	}
+	return h.Sum64()
+}
+
+// record counts one hit of the value named id.
+func (pv *previewState) record(key [2]string, id uint64, limited bool) {
 	now := pv.clock()
 	r := pv.rules[key]
 	if r == nil || now >= r.end {
@@ -98,25 +117,14 @@ func (pv *previewState) record(key [2]string, v string, b []byte, limited bool) 
 	if limited {
 		r.limited++
 	}
-	var h *valueHits
-	if b != nil {
-		h = r.values[string(b)]
-	} else {
-		h = r.values[v]
-	}
+	h := r.values[id]
 	if h == nil {
 		if len(r.values) >= previewValues || pv.tracked >= previewBudget {
 			r.untracked++
 			return
 		}
 		h = &valueHits{cur: now}
-		// The value may point into a large request buffer: keep a copy.
-		if b != nil {
-			v = string(b)
-		} else {
-			v = strings.Clone(v)
-		}
-		r.values[v] = h
+		r.values[id] = h
 		pv.tracked++
 	}
 	if h.cur != now {
@@ -139,7 +147,7 @@ func (pv *previewState) open(key [2]string, now int64) *previewRule {
 	}
 	span := cmp.Or(pv.span, int64(DefaultPreviewSpan/time.Second))
 	start := now - now%span
-	r := &previewRule{start: start, end: start + span, values: make(map[string]*valueHits), second: make(map[int]*[2]int64)}
+	r := &previewRule{start: start, end: start + span, values: make(map[uint64]*valueHits), second: make(map[int]*[2]int64)}
 	pv.rules[key] = r
 	return r
 }
