@@ -71,11 +71,11 @@ func (e *Engine) SetPreviewSpan(d time.Duration) {
 	e.stats.pv.span = max(int64(d/time.Second), 1)
 }
 
-// recordEntries counts one request's hit of a rule's limit for the value
-// its descriptor entries name; limited says whether the rule rejected it
-// (or would have, in shadow mode). Caller holds stats.mu.
-func (pv *previewState) recordEntries(key [2]string, entries []rules.Entry, limited bool) {
-	pv.record(key, previewID(entries), limited)
+// recordEntries counts one request's hit, in second now, of a rule's limit
+// for the value its descriptor entries name; limited says whether the rule
+// rejected it (or would have, in shadow mode). Caller holds stats.mu.
+func (pv *previewState) recordEntries(key [2]string, now int64, entries []rules.Entry, limited bool) {
+	pv.record(key, now, previewID(entries), limited)
 }
 
 // previewSeed keys previewID's hash, once per process.
@@ -107,8 +107,7 @@ func previewID(entries []rules.Entry) uint64 {
 }
 
 // record counts one hit of the value named id.
-func (pv *previewState) record(key [2]string, id uint64, limited bool) {
-	now := pv.clock()
+func (pv *previewState) record(key [2]string, now int64, id uint64, limited bool) {
 	r := pv.rules[key]
 	if r == nil || now >= r.end {
 		r = pv.open(key, now)

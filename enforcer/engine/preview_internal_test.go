@@ -3,6 +3,7 @@ package engine
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/rules"
 )
@@ -38,8 +39,9 @@ func BenchmarkPreviewRecord(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
+				now := time.Now().Unix()
 				st.mu.Lock()
-				st.pv.recordEntries(key, values[i%len(values)], i%10 == 0)
+				st.pv.recordEntries(key, now, values[i%len(values)], i%10 == 0)
 				st.mu.Unlock()
 				i++
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/rules/wire"
@@ -38,6 +39,7 @@ type stats struct {
 // limit that counted nothing (it had room, but another limit rejected the
 // request) is not recorded, as in the metrics.
 func (st *stats) count(req *Request, res *Result) {
+	now := time.Now().Unix() // for the preview (preview.go), read outside the lock
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for i, s := range res.Statuses {
@@ -61,7 +63,7 @@ func (st *stats) count(req *Request, res *Result) {
 			rs = &ruleStats{}
 			st.rules[key] = rs
 		}
-		st.pv.recordEntries(key, req.Descriptors[i].Entries, s.Shadowed || s.Code == OverLimit)
+		st.pv.recordEntries(key, now, req.Descriptors[i].Entries, s.Shadowed || s.Code == OverLimit)
 		switch {
 		case s.StoreFailed && !s.Local:
 			rs.storeErrors++
