@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,16 +157,22 @@ func TestPreviewPredictsLimited(t *testing.T) {
 		}
 	}
 
-	// A new limit and a limit of a unit the spans cannot answer say so.
-	draft := pvDomain(100) + "  - key: fresh\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	// A new limit, and a limit of a unit the spans cannot answer, say so
+	// instead of inventing figures.
+	draft := strings.Replace(lowered, "unit: second, requests_per_unit: 15, name: fixed", "unit: hour, requests_per_unit: 15, name: fixed", 1) +
+		"  - key: fresh\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
 	var other previewBody
 	admin.do(t, "POST", "/api/v1/preview", map[string]string{"domain": "pv", "yaml": draft}, 200, &other)
-	if len(other.Limits) == 0 {
-		t.Fatal("no limits previewed for a draft with a new limit")
+	if len(other.Limits) != 2 {
+		t.Fatalf("%d limits previewed, want the new one and the hourly one", len(other.Limits))
 	}
 	for _, l := range other.Limits {
-		if l.Name == "fresh" && (l.Previewable || l.Reason == "" || len(l.Points) != 0) {
-			t.Errorf("new limit: previewable %v reason %q points %d, want not previewable, a reason, no points", l.Previewable, l.Reason, len(l.Points))
+		if l.Previewable || len(l.Points) != 0 || l.Totals.WouldLimit != 0 {
+			t.Errorf("%s: previewable %v, %d points, would limit %d; want not previewable and no figures", l.Name, l.Previewable, len(l.Points), l.Totals.WouldLimit)
+		}
+		want := map[string]string{"fresh": "no rule counts this descriptor", "fixed": "a limit per hour needs per-value counts over a whole hour"}[l.Name]
+		if want == "" || !strings.Contains(l.Reason, want) {
+			t.Errorf("%s: reason %q, want it to say %q", l.Name, l.Reason, want)
 		}
 	}
 }
