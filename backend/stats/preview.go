@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -202,8 +203,10 @@ func Replay(p wire.RulePreview, limit, windowS int64) (r Replayed, ok bool) {
 			est2 += 2 * (s - n*limit)
 		default: // lo ≤ limit < hi
 			low := max(0, s-n*limit)
-			high := (s - n*lo) * (hi - limit) / (hi - lo)
-			high = max(high, low)
+			// (s-n·lo)·(hi-limit) may pass int64 for counts near MaxCount;
+			// rounded up, the float stays an upper bound.
+			high := int64(math.Ceil(float64(s-n*lo) * float64(hi-limit) / float64(hi-lo)))
+			high = max(min(high, n*(hi-limit)), low)
 			r.Low += low
 			r.High += high
 			est2 += low + high
@@ -231,7 +234,7 @@ func Replay(p wire.RulePreview, limit, windowS int64) (r Replayed, ok bool) {
 		// Untracked values may all be over the limit; estimate them as the
 		// tracked requests went.
 		if tracked := p.Requests - u; tracked > 0 {
-			r.Estimate += u * r.Estimate / tracked
+			r.Estimate += int64(float64(u) * float64(r.Estimate) / float64(tracked))
 		}
 		r.High += u
 		r.ValuesHigh += u

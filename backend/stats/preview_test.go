@@ -152,3 +152,17 @@ func TestPreviewSpansFleetWide(t *testing.T) {
 		t.Errorf("merged span: %d requests, replay %+v; want 89 requests and exactly 72 rejected", p.Requests, r)
 	}
 }
+
+// TestReplayHugeCounts: counts at the bounds a report may carry neither
+// overflow nor break the bounds' order.
+func TestReplayHugeCounts(t *testing.T) {
+	c := int64(MaxCount) - 12345
+	p := histOf([][]int64{{c}})
+	p.Untracked, p.Requests = 1<<39, p.Requests+1<<39
+	for _, limit := range []int64{0, 1, 1 << 31, c - 1000, c} {
+		r, _ := Replay(p, limit, 1)
+		if r.Low < 0 || r.Low > r.Estimate || r.Estimate > r.High || r.High > p.Requests || r.Low > max(0, c-limit) || max(0, c-limit) > r.High {
+			t.Errorf("limit %d: %+v, want 0 ≤ low ≤ %d ≤ high ≤ %d", limit, r, max(0, c-limit), p.Requests)
+		}
+	}
+}
