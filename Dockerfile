@@ -37,9 +37,11 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /var/lib/sluice --create-home --shell /usr/sbin/nologin sluice
+ && groupadd --system --gid 10001 sluice \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/sluice --create-home --shell /usr/sbin/nologin sluice
 COPY --from=build /out/sluice /usr/local/bin/sluice
-USER sluice
+# Numeric, so Kubernetes can check runAsNonRoot without reading /etc/passwd.
+USER 10001:10001
 WORKDIR /var/lib/sluice
 # Console :8080; enforcer HTTP :8081 and gRPC :8082.
 EXPOSE 8080 8081 8082

@@ -1,5 +1,6 @@
 // Package enforcer is a Sluice enforcer node: it subscribes to the console
-// for rulesets, counts requests in Redis, and answers rate-limit checks over
+// for rulesets (or, in file mode, reads them from a directory of Lyft-format
+// files), counts requests in Redis, and answers rate-limit checks over
 // HTTP (POST /json, POST /v1/check) and gRPC (Envoy RLS v3), and, in
 // gateway mode, rate-limits the traffic it proxies to an upstream.
 //
@@ -57,6 +58,9 @@ type Config struct {
 	ConsoleURL string
 	// NodeToken is the node-role API token the console authenticates with.
 	NodeToken string
+	// RulesDir, instead of ConsoleURL, turns on file mode: the rules are
+	// the domain files in this directory (node.Files), reloaded on change.
+	RulesDir string
 	// NodeID names this node in the console; the hostname when empty.
 	NodeID string
 	// RedisURL is the counter store: redis://host:port/db, a comma-separated
@@ -184,6 +188,7 @@ func build(ctx context.Context, cfg Config, upstream *url.URL, log *slog.Logger)
 	n, err := node.New(node.Config{
 		ConsoleURL:   cfg.ConsoleURL,
 		NodeToken:    cfg.NodeToken,
+		RulesDir:     cfg.RulesDir,
 		NodeID:       cfg.NodeID,
 		RedisURL:     cfg.RedisURL,
 		StateDir:     cfg.StateDir,

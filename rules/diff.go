@@ -144,6 +144,7 @@ func limitsOf(d *Domain) map[string]*Limit {
 	if d == nil {
 		return limits
 	}
+	def := d.DefaultAlgorithm
 	var walk func(ds []Descriptor, parentName string, path []Level, depth int)
 	walk = func(ds []Descriptor, parentName string, path []Level, depth int) {
 		if depth > MaxDepth {
@@ -154,7 +155,7 @@ func limitsOf(d *Domain) map[string]*Limit {
 			name := pathName(parentName, d)
 			p := append(path[:len(path):len(path)], Level{Key: d.Key, Value: d.Value, ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold})
 			if d.RateLimit != nil {
-				l := newLimit("", name, d, p)
+				l := newLimit("", def, name, d, p)
 				limits[pathKey(l.Path)] = l
 			}
 			walk(d.Descriptors, name, p, depth+1)
@@ -235,6 +236,7 @@ func limitFields(l *Limit) []FieldChange {
 	f := []FieldChange{
 		{Field: "rate_limit.unit", After: string(l.Unit)},
 		{Field: "rate_limit.requests_per_unit", After: num(l.RequestsPerUnit)},
+		{Field: "rate_limit.unit_multiplier", After: multiplier(l)},
 		{Field: "rate_limit.unlimited", After: flag(l.Unlimited)},
 		{Field: "rate_limit.name", After: l.Name},
 		{Field: "rate_limit.replaces", After: strings.Join(l.Replaces, ", ")},
@@ -244,7 +246,7 @@ func limitFields(l *Limit) []FieldChange {
 		{Field: "share_threshold", After: strings.Join(shared, ", ")},
 	}
 	if l.Unlimited {
-		f[1].After = ""
+		f[1].After, f[2].After = "", ""
 		return f // nothing else applies
 	}
 	maxDelay := ""
@@ -320,4 +322,13 @@ func describeRequestDescriptor(rd RequestDescriptor) string {
 		parts[i] = e.Key + "=" + src
 	}
 	return strings.Join(parts, ", ")
+}
+
+// multiplier is l's unit_multiplier; "" for the default, 1, which most
+// limits have and a diff need not list.
+func multiplier(l *Limit) string {
+	if p := l.Unit.Period(); p > 0 && l.Period/p > 1 {
+		return strconv.FormatInt(int64(l.Period/p), 10)
+	}
+	return ""
 }

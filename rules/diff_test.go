@@ -209,3 +209,26 @@ func TestDiffRulesets(t *testing.T) {
 		t.Errorf("DiffRulesets of equal rulesets = %#v, want empty", d)
 	}
 }
+
+// TestDiffDefaultAlgorithm checks that a new default_algorithm shows as an
+// algorithm change of each limit it applies to, and that writing out the
+// default is no change.
+func TestDiffDefaultAlgorithm(t *testing.T) {
+	const body = `descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: b
+    algorithm: leaky_bucket
+    rate_limit: {unit: second, requests_per_unit: 5}
+`
+	none := mustParse(t, "domain: d\n"+body)
+	tb := mustParse(t, "domain: d\ndefault_algorithm: token_bucket\n"+body)
+	fw := mustParse(t, "domain: d\ndefault_algorithm: fixed_window\n"+body)
+	if got := Diff([]*Domain{none}, []*Domain{tb}); len(got) != 0 {
+		t.Errorf("writing out the default: %v, want no change", got)
+	}
+	got := Diff([]*Domain{none}, []*Domain{fw})
+	if len(got) != 1 || got[0].Name != "a" || len(got[0].Fields) != 1 || got[0].Fields[0] != (FieldChange{Field: "algorithm", Before: "token_bucket", After: "fixed_window"}) {
+		t.Errorf("got %v, want one change: a's algorithm token_bucket → fixed_window", got)
+	}
+}

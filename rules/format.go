@@ -146,6 +146,9 @@ func spaceOut(src []byte) []byte {
 func domainNode(d *Domain) *yaml.Node {
 	m := mappingNode()
 	m.add("domain", textNode(d.Name))
+	if d.DefaultAlgorithm != "" {
+		m.add("default_algorithm", textNode(string(d.DefaultAlgorithm)))
+	}
 	if len(d.RequestDescriptors) > 0 {
 		list := seqNode()
 		for _, rd := range d.RequestDescriptors {
@@ -207,6 +210,13 @@ func descriptorNode(d *Descriptor) *yaml.Node {
 			m.flag(f, d.ValueToMetric)
 		case "share_threshold":
 			m.flag(f, d.ShareThreshold)
+		case "metadata":
+			if len(d.Metadata) > 0 {
+				var n yaml.Node
+				if n.Encode(d.Metadata) == nil {
+					m.add(f, &n)
+				}
+			}
 		case "algorithm":
 			if d.Algorithm != "" {
 				m.add(f, textNode(string(d.Algorithm)))
@@ -256,6 +266,9 @@ func rateLimitNode(rl *RateLimit) *yaml.Node {
 	if !rl.Unlimited || rl.RequestsPerUnit != 0 {
 		// 0 is meaningful (it blocks) and the field is required.
 		m.add("requests_per_unit", intNode(int64(rl.RequestsPerUnit)))
+	}
+	if rl.UnitMultiplier != 0 {
+		m.add("unit_multiplier", intNode(int64(rl.UnitMultiplier)))
 	}
 	m.flag("unlimited", rl.Unlimited)
 	if rl.Name != "" {

@@ -14,7 +14,11 @@ type Limit struct {
 	Domain string
 	// Name is rate_limit.name when set, else the descriptor path in Lyft's
 	// style: key or key_value per level, joined by "." (api_key.route_/search).
+	// Stats and replaces go by it.
 	Name string
+	// Named says Name is a configured rate_limit.name. Envoy's RLS answers
+	// carry only such a name (current_limit.name), as Lyft's do.
+	Named bool
 	// Path is the descriptor path leading to this limit, one Level per
 	// entry of the request descriptors it matches.
 	Path []Level
@@ -28,7 +32,7 @@ type Limit struct {
 	ShadowMode      bool
 	DetailedMetric  bool
 	FailureMode     FailureMode
-	Period          time.Duration // Unit.Period(); 0 when Unlimited
+	Period          time.Duration // Unit.Period() times unit_multiplier; 0 when Unlimited
 	// Calendar makes fixed_window count in UTC calendar windows (a day from
 	// 00:00 UTC, a week from Monday, a month from the 1st, a year from
 	// 1 January) rather than in Period-long windows; see Unit.
@@ -86,8 +90,10 @@ func (l *Limit) CounterEntries(entries, dst []Entry) []Entry {
 // reported under, in Lyft's style: key or key_value per level, joined by
 // ".". A level shows its configured value (the wildcard for a wildcard, none
 // for a descriptor without a value), or the request's value when it has
-// value_to_metric or is the last level of a detailed_metric limit. Without
-// those options it is the path name (which Name defaults to).
+// value_to_metric or is the last level of a detailed_metric limit, unless
+// the level has share_threshold: as in Lyft, the values that share a
+// counter are reported together, under the wildcard. Without those options
+// it is the path name (which Name defaults to).
 func (l *Limit) MetricName(entries []Entry) string {
 	var b strings.Builder
 	for i, p := range l.Path {
@@ -96,7 +102,7 @@ func (l *Limit) MetricName(entries []Entry) string {
 		}
 		b.WriteString(p.Key)
 		v := p.Value
-		if i < len(entries) && (p.ValueToMetric || l.DetailedMetric && i == len(l.Path)-1) {
+		if i < len(entries) && !p.ShareThreshold && (p.ValueToMetric || l.DetailedMetric && i == len(l.Path)-1) {
 			v = entries[i].Value
 		}
 		if v != "" {
@@ -112,6 +118,7 @@ func (l *Limit) MetricName(entries []Entry) string {
 type Set struct {
 	domains  map[string]*node               // root of each domain's tree
 	requests map[string][]RequestDescriptor // each domain's request_descriptors
+	defaults map[string]Algorithm           // each domain's default_algorithm, when set
 	names    []string                       // sorted domain names
 	limits   int
 }
@@ -124,14 +131,14 @@ type node struct {
 
 // keyNode holds the descriptors of one key at one level.
 type keyNode struct {
-	exact    map[string]*node // by value, wildcards included so "a*" matches itself exactly
-	prefixes []prefix         // wildcard values, longest prefix first
-	any      *node            // the descriptor without a value
+	exact     map[string]*node // by value, wildcards included so "a*" matches itself exactly
+	wildcards []wildcard       // wildcard values, most specific first, then in file order
+	any       *node            // the descriptor without a value
 }
 
-type prefix struct {
-	prefix string
-	node   *node
+type wildcard struct {
+	pattern string
+	node    *node
 }
 
 // Compile checks domains and builds a Set from them. It applies the same
@@ -159,9 +166,12 @@ func Compile(domains []*Domain) (*Set, error) {
 		return nil, &ValidationError{Problems: problems}
 	}
 
-	s := &Set{domains: make(map[string]*node, len(domains)), requests: make(map[string][]RequestDescriptor)}
+	s := &Set{domains: make(map[string]*node, len(domains)), requests: make(map[string][]RequestDescriptor), defaults: make(map[string]Algorithm)}
 	for _, d := range domains {
-		s.domains[d.Name] = &node{children: s.level(d.Name, d.Descriptors, "", nil)}
+		if d.DefaultAlgorithm != "" {
+			s.defaults[d.Name] = d.DefaultAlgorithm
+		}
+		s.domains[d.Name] = &node{children: s.level(d.Name, d.DefaultAlgorithm, d.Descriptors, "", nil)}
 		if len(d.RequestDescriptors) > 0 {
 			rds := make([]RequestDescriptor, len(d.RequestDescriptors))
 			for i, rd := range d.RequestDescriptors {
@@ -177,8 +187,8 @@ func Compile(domains []*Domain) (*Set, error) {
 
 // level compiles one level of descriptors. parentName is the Lyft-style name
 // of the descriptor holding them ("" at the top); path is the way from the
-// root to them.
-func (s *Set) level(domain string, ds []Descriptor, parentName string, path []Level) map[string]*keyNode {
+// root to them; def is the domain's default_algorithm.
+func (s *Set) level(domain string, def Algorithm, ds []Descriptor, parentName string, path []Level) map[string]*keyNode {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -193,9 +203,9 @@ func (s *Set) level(domain string, ds []Descriptor, parentName string, path []Le
 		name := pathName(parentName, d)
 		// Clip so that siblings never share the backing arrays.
 		p := append(path[:len(path):len(path)], Level{Key: d.Key, Value: d.Value, ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold})
-		n := &node{children: s.level(domain, d.Descriptors, name, p)}
+		n := &node{children: s.level(domain, def, d.Descriptors, name, p)}
 		if d.RateLimit != nil {
-			n.limit = newLimit(domain, name, d, p)
+			n.limit = newLimit(domain, def, name, d, p)
 			s.limits++
 		}
 		if d.Value == "" {
@@ -206,25 +216,29 @@ func (s *Set) level(domain string, ds []Descriptor, parentName string, path []Le
 			k.exact = make(map[string]*node)
 		}
 		k.exact[d.Value] = n
-		if p, ok := strings.CutSuffix(d.Value, "*"); ok {
-			k.prefixes = append(k.prefixes, prefix{p, n})
+		if isWildcard(d.Value) {
+			k.wildcards = append(k.wildcards, wildcard{d.Value, n})
 		}
 	}
 	for _, k := range keys {
-		slices.SortFunc(k.prefixes, func(a, b prefix) int { return cmp.Compare(len(b.prefix), len(a.prefix)) })
+		slices.SortStableFunc(k.wildcards, func(a, b wildcard) int {
+			return cmp.Compare(literalLen(b.pattern), literalLen(a.pattern))
+		})
 	}
 	return keys
 }
 
-func newLimit(domain, name string, d *Descriptor, path []Level) *Limit {
+// newLimit resolves d's limit; def is the domain's default_algorithm.
+func newLimit(domain string, def Algorithm, name string, d *Descriptor, path []Level) *Limit {
 	rl := d.RateLimit
 	l := &Limit{
 		Domain:          domain,
 		Name:            cmp.Or(rl.Name, name),
+		Named:           rl.Name != "",
 		Path:            slices.Clone(path),
 		RequestsPerUnit: rl.RequestsPerUnit,
 		Burst:           cmp.Or(d.Burst, rl.RequestsPerUnit),
-		Algorithm:       cmp.Or(d.Algorithm, TokenBucket),
+		Algorithm:       cmp.Or(d.Algorithm, def, TokenBucket),
 		Unlimited:       rl.Unlimited,
 		ShadowMode:      d.ShadowMode,
 		DetailedMetric:  d.DetailedMetric,
@@ -236,7 +250,7 @@ func newLimit(domain, name string, d *Descriptor, path []Level) *Limit {
 	}
 	if !rl.Unlimited {
 		l.Unit = rl.Unit
-		l.Period = rl.Unit.Period()
+		l.Period = rl.Unit.Period() * time.Duration(max(rl.UnitMultiplier, 1))
 	}
 	if ol := d.OnLimit; ol != nil {
 		l.OnLimit = OnLimit{Action: cmp.Or(ol.Action, Reject), MaxDelay: ol.MaxDelay, Status: cmp.Or(ol.Status, DefaultStatus)}
@@ -247,8 +261,9 @@ func newLimit(domain, name string, d *Descriptor, path []Level) *Limit {
 // Match returns the limit that applies to one request descriptor (its
 // ordered entries) in domain, or nil when none does. It follows
 // envoyproxy/ratelimit: entries are matched level by level, each against the
-// exact value, else the longest matching "prefix*" value, else the
-// descriptor without a value; the walk stops at a level with no match or a
+// exact value, else a matching wildcard value (the one with the most
+// characters besides "*", then the first in the file), else the descriptor
+// without a value; the walk stops at a level with no match or a
 // descriptor with no children, and a limit applies only if the last entry
 // lands on a descriptor that has one. An unlimited limit is returned with
 // Unlimited set. Match does not allocate.
@@ -282,9 +297,9 @@ func (k *keyNode) lookup(value string) *node {
 	if n, ok := k.exact[value]; ok {
 		return n
 	}
-	for _, p := range k.prefixes {
-		if strings.HasPrefix(value, p.prefix) {
-			return p.node
+	for _, w := range k.wildcards {
+		if wildcardMatch(w.pattern, value) {
+			return w.node
 		}
 	}
 	return k.any
@@ -298,6 +313,16 @@ func (s *Set) RequestDescriptors(domain string) []RequestDescriptor {
 		return nil
 	}
 	return s.requests[domain]
+}
+
+// DefaultAlgorithm returns the algorithm of domain's limits that name none:
+// its default_algorithm, else TokenBucket. For a limit given at request
+// time, such as Envoy's limit override.
+func (s *Set) DefaultAlgorithm(domain string) Algorithm {
+	if s == nil {
+		return TokenBucket
+	}
+	return cmp.Or(s.defaults[domain], TokenBucket)
 }
 
 // Domains returns the names of the set's domains, sorted.

@@ -154,7 +154,7 @@ func TestMatchLimit(t *testing.T) {
 		want    *Limit
 	}{
 		{"api_key=k1", &Limit{
-			Domain: "api", Name: "per-key", Path: []Level{{Key: "api_key"}}, Unit: Minute, RequestsPerUnit: 1000, Burst: 1500,
+			Domain: "api", Name: "per-key", Named: true, Path: []Level{{Key: "api_key"}}, Unit: Minute, RequestsPerUnit: 1000, Burst: 1500,
 			Algorithm: TokenBucket, FailureMode: FailClosed, Period: time.Minute, Shards: 1, OnLimit: reject,
 		}},
 		{"api_key=k1,route=/search", &Limit{
@@ -176,7 +176,7 @@ func TestMatchLimit(t *testing.T) {
 			Algorithm: TokenBucket, FailureMode: FailOpen, Period: time.Second, Replaces: []string{"per-key"}, Shards: 1, OnLimit: reject,
 		}},
 		{"quota=q1", &Limit{
-			Domain: "api", Name: "monthly", Path: []Level{{Key: "quota", Value: "q*", ShareThreshold: true, ValueToMetric: true}},
+			Domain: "api", Name: "monthly", Named: true, Path: []Level{{Key: "quota", Value: "q*", ShareThreshold: true, ValueToMetric: true}},
 			Unit: Month, RequestsPerUnit: 5000, Burst: 5000, Algorithm: FixedWindow, FailureMode: FailLocal, Period: 30 * 24 * time.Hour,
 			Calendar: true, Shards: 4, OnLimit: OnLimit{Action: Reject, Status: 503},
 		}},
@@ -810,4 +810,54 @@ func BenchmarkLoad(b *testing.B) {
 		}
 		done()
 	})
+}
+
+// TestMatchDefaultAlgorithm checks that a domain's default_algorithm is the
+// algorithm of every limit that names none, and only of those; without it
+// the default is token_bucket.
+func TestMatchDefaultAlgorithm(t *testing.T) {
+	tests := []struct {
+		name, def string
+		want      map[string]Algorithm // entry key → algorithm of its limit
+	}{
+		{"absent", "", map[string]Algorithm{"plain": TokenBucket, "named": LeakyBucket, "nested": TokenBucket}},
+		{"fixed_window", "default_algorithm: fixed_window\n", map[string]Algorithm{"plain": FixedWindow, "named": LeakyBucket, "nested": FixedWindow}},
+		{"sliding_window_counter", "default_algorithm: sliding_window_counter\n", map[string]Algorithm{"plain": SlidingWindowCounter, "named": LeakyBucket, "nested": SlidingWindowCounter}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := "domain: d\n" + tt.def + `descriptors:
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: named
+    algorithm: leaky_bucket
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: parent
+    descriptors:
+      - key: nested
+        rate_limit: {unit: second, requests_per_unit: 5}
+`
+			d, err := Parse("d.yaml", []byte(src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := Compile([]*Domain{d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for key, want := range tt.want {
+				entries := []Entry{{Key: key, Value: "v"}}
+				if key == "nested" {
+					entries = []Entry{{Key: "parent", Value: "p"}, {Key: "nested", Value: "v"}}
+				}
+				l := set.Match("d", entries)
+				if l == nil {
+					t.Fatalf("%s: no limit", key)
+				}
+				if l.Algorithm != want {
+					t.Errorf("%s: algorithm %s, want %s", key, l.Algorithm, want)
+				}
+			}
+		})
+	}
 }

@@ -38,6 +38,21 @@ const maxProblems = 1000
 // An invalid document yields a *ValidationError listing every problem found,
 // each with its line, column and path. YAML anchors and aliases are refused.
 func Parse(file string, src []byte) (*Domain, error) {
+	return ParseOptions{}.Parse(file, src)
+}
+
+// ParseOptions change how Parse and ParseAll read a file.
+type ParseOptions struct {
+	// DefaultAlgorithm is the default_algorithm of a file that sets none.
+	// File mode sets FixedWindow, so that a Lyft file counts in fixed
+	// windows as it does in Lyft. The file is checked with it in effect
+	// (burst, calendar and on_limit depend on the algorithm), and the
+	// Domain returned carries it.
+	DefaultAlgorithm Algorithm
+}
+
+// Parse is the package's Parse, with o.
+func (o ParseOptions) Parse(file string, src []byte) (*Domain, error) {
 	if len(src) > MaxSourceBytes {
 		return nil, oneProblem(file, 1, 1, fmt.Sprintf("file is %d bytes; the limit is %d", len(src), MaxSourceBytes))
 	}
@@ -57,6 +72,9 @@ func Parse(file string, src []byte) (*Domain, error) {
 		p.problems = append(p.problems, Problem{File: file, Line: line, Column: col, Message: "a file holds one domain: remove the second YAML document"})
 	}
 	d := p.domain(root)
+	if d.DefaultAlgorithm == "" {
+		d.DefaultAlgorithm = o.DefaultAlgorithm
+	}
 	for _, prob := range validate(d) {
 		// A field that failed to decode has a zero value the checker would
 		// complain about again.
@@ -160,6 +178,9 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	} else {
 		d.Name = p.text(v, "domain", "domain")
 	}
+	if v := f["default_algorithm"]; !isNull(v) {
+		d.DefaultAlgorithm = Algorithm(p.text(v, "default_algorithm", "default_algorithm"))
+	}
 	if v := f["request_descriptors"]; !isNull(v) {
 		d.RequestDescriptors = p.requestDescriptors(v, "request_descriptors")
 	}
@@ -232,6 +253,9 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 	if v := f["share_threshold"]; !isNull(v) {
 		d.ShareThreshold, _ = p.boolean(v, join(path, "share_threshold"), "share_threshold")
 	}
+	if v := f["metadata"]; !isNull(v) {
+		d.Metadata = p.anyMapping(v, join(path, "metadata"), "metadata")
+	}
 	if v := f["algorithm"]; !isNull(v) {
 		d.Algorithm = Algorithm(p.text(v, join(path, "algorithm"), "algorithm"))
 	}
@@ -293,6 +317,12 @@ func (p *parser) rateLimit(n *yaml.Node, path string) *RateLimit {
 		rl.RequestsPerUnit = MaxRequestsPerUnit // as above
 	case !known:
 		rl.RequestsPerUnit = MaxRequestsPerUnit // as above
+	}
+	switch v := f["unit_multiplier"]; {
+	case !isNull(v) && rl.Unlimited:
+		p.fail(v, join(path, "unit_multiplier"), "an unlimited rate limit takes no unit_multiplier")
+	case !isNull(v):
+		rl.UnitMultiplier = uint32(p.whole(v, join(path, "unit_multiplier"), "unit_multiplier", 1, MaxUnitMultiplier))
 	}
 	if !known {
 		// The checker would otherwise ask for what the user may not need.
@@ -451,6 +481,64 @@ func (p *parser) mapping(n *yaml.Node, path, subject string, known []string) map
 		fields[name] = v
 	}
 	return fields
+}
+
+// anyMapping decodes a mapping of anything (Lyft's metadata). Its content
+// is free, but anchors and aliases are refused anywhere inside it, as
+// everywhere else.
+func (p *parser) anyMapping(n *yaml.Node, path, field string) map[string]any {
+	if !p.plainTree(n, path) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.fail(n, path, field+" must be a mapping, not "+describe(n))
+		return nil
+	}
+	var m map[string]any
+	if err := n.Decode(&m); err != nil || !textKeys(m) {
+		// Keys that are not text, such as a list used as a key: the API
+		// could not show them as JSON.
+		p.fail(n, path, field+" must be a mapping with text keys")
+		return nil
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// textKeys reports whether every mapping inside v has text keys.
+func textKeys(v any) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, e := range v {
+			if !textKeys(e) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if !textKeys(e) {
+				return false
+			}
+		}
+	case map[any]any:
+		return false
+	}
+	return true
+}
+
+// plainTree is plain for n and everything below it.
+func (p *parser) plainTree(n *yaml.Node, path string) bool {
+	if !p.plain(n, path) {
+		return false
+	}
+	for _, c := range n.Content {
+		if !p.plainTree(c, path) {
+			return false
+		}
+	}
+	return true
 }
 
 // plain reports anchors and aliases. Refusing them keeps a small document
@@ -715,11 +803,16 @@ type File struct {
 // second. The error is a *ValidationError listing every problem of every
 // file, file by file; the domains are returned only when there is none.
 func ParseAll(files []File) ([]*Domain, error) {
+	return ParseOptions{}.ParseAll(files)
+}
+
+// ParseAll is the package's ParseAll, with o.
+func (o ParseOptions) ParseAll(files []File) ([]*Domain, error) {
 	var problems []Problem
 	domains := make([]*Domain, 0, len(files))
 	first := map[string]string{} // domain name → file that defines it
 	for _, f := range files {
-		d, err := Parse(f.Name, f.YAML)
+		d, err := o.Parse(f.Name, f.YAML)
 		if err != nil {
 			var ve *ValidationError
 			if !errors.As(err, &ve) {

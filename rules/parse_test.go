@@ -378,3 +378,28 @@ func TestParseAll(t *testing.T) {
 		t.Errorf("ParseAll error:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestParseOptionsDefaultAlgorithm: a file without default_algorithm gets
+// the option's, and is checked with it in effect; one that sets its own
+// keeps it.
+func TestParseOptionsDefaultAlgorithm(t *testing.T) {
+	fw := ParseOptions{DefaultAlgorithm: FixedWindow}
+	d, err := fw.Parse("lyft.yaml", []byte("domain: lyft\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.DefaultAlgorithm != FixedWindow {
+		t.Errorf("default_algorithm %q, want fixed_window", d.DefaultAlgorithm)
+	}
+	own, err := fw.Parse("own.yaml", []byte("domain: own\ndefault_algorithm: token_bucket\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n    burst: 10\n"))
+	if err != nil || own.DefaultAlgorithm != TokenBucket {
+		t.Errorf("a file's own default_algorithm: %v, %v; want token_bucket kept", own, err)
+	}
+	_, err = fw.Parse("burst.yaml", []byte("domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n    burst: 10\n"))
+	if err == nil || !strings.Contains(err.Error(), "burst.yaml:5:12: descriptors[0].burst: burst applies only to token_bucket and leaky_bucket, not to fixed_window") {
+		t.Errorf("burst under a fixed_window default: %v, want a positioned problem", err)
+	}
+	if _, err := Parse("burst.yaml", []byte("domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n    burst: 10\n")); err != nil {
+		t.Errorf("the same file without the option: %v", err)
+	}
+}

@@ -21,6 +21,7 @@ const (
 	enumKind                 // one of enum
 	durationKind             // a Go duration such as 500ms or 2s
 	objectKind               // a mapping, described by the object named ref
+	anyMapKind               // a mapping of anything, kept as written
 	listKind                 // a list of mappings, described by the object named ref
 )
 
@@ -52,6 +53,8 @@ var objects = []*object{
 			{name: "domain", kind: textKind, required: true,
 				doc:   "The domain's name, as clients send it in rate limit requests.",
 				extra: map[string]any{"type": "string", "pattern": "^[A-Za-z0-9_.-]+$", "minLength": 1, "maxLength": maxDomainName}},
+			{name: "default_algorithm", kind: enumKind, enum: strs(supportedAlgorithms),
+				doc: "The algorithm of every limit in this domain that names none (default token_bucket). Lyft counts in fixed windows: fixed_window keeps its counting."},
 			{name: "request_descriptors", kind: listKind, ref: "request_descriptor",
 				doc: "How gateway mode builds a request's descriptors from an HTTP request, one item per descriptor."},
 			{name: "descriptors", kind: listKind, ref: "descriptor",
@@ -65,16 +68,18 @@ var objects = []*object{
 		fields: []field{
 			{name: "key", kind: textKind, required: true, doc: "The entry key this descriptor matches."},
 			{name: "value", kind: textKind,
-				doc: "The entry value this descriptor matches. Without it, any value matches and each value gets its own counter; a value ending in * matches every value with that prefix. An exact value wins over the longest matching prefix, which wins over no value."},
+				doc: "The entry value this descriptor matches. Without it, any value matches and each value gets its own counter; in a value, each * stands for any run of characters (none included), so files/* matches every value with that prefix and /api*v1 every value with that prefix and suffix. An exact value wins over a wildcard (of several matching wildcards, the one with the most characters besides *, then the first), which wins over no value."},
 			{name: "rate_limit", kind: objectKind, ref: "rate_limit",
 				doc: "The limit of a request descriptor whose last entry lands here. Without it, such a request has no limit."},
 			{name: "shadow_mode", kind: boolKind, doc: "Count and report, but never reject."},
 			{name: "detailed_metric", kind: boolKind, doc: "Report metrics per request value, not only per descriptor."},
 			{name: "value_to_metric", kind: boolKind, doc: "Put the request's value of this level in metric names."},
 			{name: "share_threshold", kind: boolKind,
-				doc: "For a wildcard value (ending in *): all matching values share one counter instead of one each."},
+				doc: "For a wildcard value (with a *): all matching values share one counter instead of one each."},
+			{name: "metadata", kind: anyMapKind,
+				doc: "Lyft's descriptor metadata: any mapping, kept with the rules and not used by Sluice."},
 			{name: "algorithm", kind: enumKind, enum: strs(supportedAlgorithms),
-				doc: "How requests are counted (default token_bucket). sliding_window_log is exact but keeps an entry per request: at most " +
+				doc: "How requests are counted (default: the domain's default_algorithm, else token_bucket). sliding_window_log is exact but keeps an entry per request: at most " +
 					strconv.Itoa(MaxSlidingLogRequests) + " requests_per_unit per key (per shard, with shards)."},
 			{name: "burst", kind: intKind, min: 1, max: MaxRequestsPerUnit,
 				doc: "Capacity of a token or leaky bucket (default requests_per_unit)."},
@@ -97,6 +102,8 @@ var objects = []*object{
 				doc: "The period requests are counted over (case-insensitive)."},
 			{name: "requests_per_unit", kind: intKind, min: 0, max: MaxRequestsPerUnit,
 				doc: "Requests allowed per unit; 0 rejects every request."},
+			{name: "unit_multiplier", kind: intKind, min: 1, max: MaxUnitMultiplier,
+				doc: "The period is this many units (default 1): unit minute with unit_multiplier 5 counts requests_per_unit per 5 minutes. At most a year."},
 			{name: "unlimited", kind: boolKind, doc: "No limit: matched and reported, never counted."},
 			{name: "name", kind: textKind,
 				doc: "The limit's name in metrics, headers and replaces (default: the descriptor path, like key_value.key)."},
@@ -105,7 +112,7 @@ var objects = []*object{
 		},
 		extra: map[string]any{
 			"if":   map[string]any{"properties": map[string]any{"unlimited": map[string]any{"const": true}}, "required": []string{"unlimited"}},
-			"then": map[string]any{"not": map[string]any{"anyOf": []any{map[string]any{"required": []string{"unit"}}, map[string]any{"required": []string{"requests_per_unit"}}}}},
+			"then": map[string]any{"not": map[string]any{"anyOf": []any{map[string]any{"required": []string{"unit"}}, map[string]any{"required": []string{"requests_per_unit"}}, map[string]any{"required": []string{"unit_multiplier"}}}}},
 			"else": map[string]any{"required": []string{"unit", "requests_per_unit"}},
 		},
 	},
@@ -276,6 +283,8 @@ func fieldSchema(f field) map[string]any {
 		s["pattern"] = durationPattern
 	case objectKind:
 		s["$ref"] = "#/$defs/" + f.ref
+	case anyMapKind:
+		s["type"] = "object"
 	case listKind:
 		s["type"] = "array"
 		s["items"] = map[string]any{"$ref": "#/$defs/" + f.ref}

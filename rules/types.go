@@ -95,11 +95,21 @@ const (
 	DefaultStatus = 429
 	// MaxShards bounds shards.
 	MaxShards = 64
+	// MaxPeriod bounds a limit's period (its unit times unit_multiplier):
+	// one year, the longest unit.
+	MaxPeriod = 365 * 24 * time.Hour
+	// MaxUnitMultiplier bounds unit_multiplier: a year of seconds.
+	MaxUnitMultiplier = 365 * 24 * 60 * 60
 )
 
 // Domain is one domain's configuration: the unit of publishing.
 type Domain struct {
 	Name string
+	// DefaultAlgorithm is Sluice's default_algorithm: the algorithm of every
+	// limit in the domain that names none. "" means TokenBucket. File mode
+	// and the Lyft import count Lyft files, which have none, as FixedWindow,
+	// as Lyft does.
+	DefaultAlgorithm Algorithm
 	// RequestDescriptors tell the enforcer's gateway mode how to build a
 	// request's descriptors from an HTTP request. Envoy and the check APIs
 	// send descriptors themselves and ignore it.
@@ -109,8 +119,11 @@ type Domain struct {
 
 // Descriptor is one node of a domain's descriptor tree.
 type Descriptor struct {
-	Key   string
-	Value string // "" matches any value (one counter per value); "p*" is a prefix
+	Key string
+	// Value "" matches any value (one counter per value); a value with "*"
+	// is a wildcard, each "*" standing for any run of characters, none
+	// included ("p*" is a prefix, "/api*v1" a prefix and a suffix).
+	Value string
 
 	RateLimit      *RateLimit // nil: no limit at this node
 	ShadowMode     bool
@@ -122,9 +135,12 @@ type Descriptor struct {
 	// every value matching the wildcard counts against one shared counter
 	// instead of one counter per value.
 	ShareThreshold bool
+	// Metadata is Lyft's metadata: a mapping of anything, kept with the
+	// descriptor and its file, never read by the enforcer.
+	Metadata map[string]any
 
 	// Sluice's extensions; they need a RateLimit that is not unlimited.
-	Algorithm   Algorithm   // "" means TokenBucket
+	Algorithm   Algorithm   // "" means the domain's DefaultAlgorithm
 	Burst       uint32      // 0 means RequestsPerUnit; token and leaky buckets only
 	Calendar    bool        // fixed_window only: UTC calendar windows (see Unit)
 	Shards      uint32      // 0 means 1: spread a hot counter over this many keys
@@ -140,9 +156,13 @@ type RateLimit struct {
 	// RequestsPerUnit may be 0: as in Lyft, such a limit rejects every
 	// request (a block list entry).
 	RequestsPerUnit uint32
-	Unlimited       bool
-	Name            string
-	Replaces        []string
+	// UnitMultiplier is Lyft's unit_multiplier: the limit's period is this
+	// many units (5 minutes, 30 seconds). 0 and 1 mean one unit; the period
+	// is at most MaxPeriod.
+	UnitMultiplier uint32
+	Unlimited      bool
+	Name           string
+	Replaces       []string
 }
 
 // OnLimit says what happens to a request over its limit.

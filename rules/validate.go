@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -63,15 +64,27 @@ type checker struct {
 	count    int               // descriptors seen
 	names    map[string]string // limit name → path of the rate_limit that has it
 	replaces []replaceRef      // checked once every name is known
+	// def is the algorithm of a limit that names none: the domain's
+	// default_algorithm, else TokenBucket; "" when default_algorithm is
+	// unknown (checking against it would say nothing).
+	def Algorithm
+	// defSet says the domain has a default_algorithm, for messages.
+	defSet bool
 }
 
 type replaceRef struct{ name, path string }
 
 // validate returns d's problems, with paths but no positions.
 func validate(d *Domain) []Problem {
-	c := &checker{names: map[string]string{}}
+	c := &checker{names: map[string]string{}, def: cmp.Or(d.DefaultAlgorithm, TokenBucket), defSet: d.DefaultAlgorithm != ""}
 	if msg := domainNameProblem(d.Name); msg != "" {
 		c.fail("domain", msg)
+	}
+	if d.DefaultAlgorithm != "" {
+		if msg := algorithmProblem(d.DefaultAlgorithm); msg != "" {
+			c.fail("default_algorithm", msg)
+			c.def = ""
+		}
 	}
 	c.descriptors(d.Descriptors, "", "", 1)
 	for _, r := range c.replaces {
@@ -141,8 +154,8 @@ func (c *checker) descriptors(ds []Descriptor, parent, prefix string, depth int)
 			// A duplicate's default name is its twin's: say so only once.
 			c.rateLimit(d.RateLimit, join(path, "rate_limit"), name, !dup)
 		}
-		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
-			c.fail(join(path, "share_threshold"), `share_threshold applies only to a wildcard value (one ending in "*")`)
+		if d.ShareThreshold && !isWildcard(d.Value) {
+			c.fail(join(path, "share_threshold"), `share_threshold applies only to a wildcard value (one with a "*")`)
 		}
 		c.extensions(d, path)
 		c.descriptors(d.Descriptors, path, name, depth+1)
@@ -178,6 +191,9 @@ func (c *checker) rateLimit(rl *RateLimit, path, defaultName string, register bo
 		if rl.RequestsPerUnit != 0 {
 			c.fail(join(path, "requests_per_unit"), "an unlimited rate limit takes no requests_per_unit")
 		}
+		if rl.UnitMultiplier != 0 {
+			c.fail(join(path, "unit_multiplier"), "an unlimited rate limit takes no unit_multiplier")
+		}
 	} else {
 		if rl.Unit == "" {
 			c.fail(join(path, "unit"), "unit is required "+unitList)
@@ -186,6 +202,12 @@ func (c *checker) rateLimit(rl *RateLimit, path, defaultName string, register bo
 		}
 		if msg := rangeProblem("requests_per_unit", int64(rl.RequestsPerUnit), 0, MaxRequestsPerUnit); msg != "" {
 			c.fail(join(path, "requests_per_unit"), msg)
+		}
+		if m := rl.UnitMultiplier; m > 1 {
+			// Compare before multiplying, so nothing can overflow.
+			if p := rl.Unit.Period(); p > 0 && (m > MaxUnitMultiplier || time.Duration(m) > MaxPeriod/p) {
+				c.fail(join(path, "unit_multiplier"), fmt.Sprintf("%d × %s is longer than a year, the longest period", m, rl.Unit))
+			}
 		}
 	}
 
@@ -232,7 +254,7 @@ func (c *checker) extensions(d *Descriptor, path string) {
 			return
 		}
 	}
-	algo := cmp.Or(d.Algorithm, TokenBucket)
+	algo := cmp.Or(d.Algorithm, c.def)
 	if d.Algorithm != "" {
 		if msg := algorithmProblem(d.Algorithm); msg != "" {
 			c.fail(join(path, "algorithm"), msg)
@@ -251,7 +273,7 @@ func (c *checker) extensions(d *Descriptor, path string) {
 		case msg != "":
 			c.fail(join(path, "burst"), msg)
 		case algo != "" && !slices.Contains(bucketAlgorithms, algo):
-			c.fail(join(path, "burst"), fmt.Sprintf("burst applies only to %s, not to %s", andList(bucketAlgorithms), algo))
+			c.fail(join(path, "burst"), fmt.Sprintf("burst applies only to %s, not to %s%s", andList(bucketAlgorithms), algo, c.defaultNote(d)))
 		case rpu == 0:
 			c.fail(join(path, "burst"), "burst has no effect on a limit of 0 requests_per_unit, which rejects every request")
 		}
@@ -260,13 +282,15 @@ func (c *checker) extensions(d *Descriptor, path string) {
 		unit := d.RateLimit.Unit
 		switch {
 		case algo != "" && algo != FixedWindow:
-			msg := fmt.Sprintf("calendar windows apply only to algorithm fixed_window, not to %s", algo)
+			msg := fmt.Sprintf("calendar windows apply only to algorithm fixed_window, not to %s%s", algo, c.defaultNote(d))
 			if d.Algorithm == "" {
-				msg += " (the default): set algorithm: fixed_window"
+				msg += ": set algorithm: fixed_window"
 			}
 			c.fail(join(path, "calendar"), msg)
 		case unit.Period() != 0 && !slices.Contains(calendarUnits, unit):
 			c.fail(join(path, "calendar"), fmt.Sprintf("calendar windows need a unit of %s, not %s", orList(calendarUnits), unit))
+		case d.RateLimit.UnitMultiplier > 1:
+			c.fail(join(path, "calendar"), "calendar windows are one unit long: they take no unit_multiplier")
 		}
 	}
 	if d.Shards != 0 {
@@ -294,6 +318,18 @@ func (c *checker) extensions(d *Descriptor, path string) {
 	}
 }
 
+// defaultNote says where a descriptor's algorithm comes from when it names
+// none, for messages about it.
+func (c *checker) defaultNote(d *Descriptor) string {
+	switch {
+	case d.Algorithm != "":
+		return ""
+	case c.defSet:
+		return " (the domain's default_algorithm)"
+	}
+	return " (the default)"
+}
+
 // extensionsSet names the Sluice extension fields d sets.
 func extensionsSet(d *Descriptor) []string {
 	var set []string
@@ -319,7 +355,7 @@ func (c *checker) onLimit(d *Descriptor, algo Algorithm, rpu uint32, path string
 	if ol.Action == Delay {
 		switch {
 		case algo != "" && !slices.Contains(bucketAlgorithms, algo):
-			c.fail(join(path, "action"), fmt.Sprintf("delay needs algorithm %s (they can tell how long to wait), not %s", orList(bucketAlgorithms), algo))
+			c.fail(join(path, "action"), fmt.Sprintf("delay needs algorithm %s (they can tell how long to wait), not %s%s", orList(bucketAlgorithms), algo, c.defaultNote(d)))
 		case d.ShadowMode:
 			c.fail(join(path, "action"), "delay cannot be combined with shadow_mode, which must never hold requests")
 		case rpu == 0:
@@ -429,8 +465,8 @@ func reaches(ds []Descriptor, entries []RequestEntry) bool {
 }
 
 // lookupValue finds the descriptor of key that value matches, with Match's
-// precedence: the exact value, else the longest matching wildcard, else the
-// descriptor without a value.
+// precedence: the exact value, else the most specific matching wildcard
+// (the first of equals), else the descriptor without a value.
 func lookupValue(ds []Descriptor, key, value string) *Descriptor {
 	var wildcard, any *Descriptor
 	for i := range ds {
@@ -443,8 +479,8 @@ func lookupValue(ds []Descriptor, key, value string) *Descriptor {
 			any = d
 		case d.Value == value:
 			return d
-		case strings.HasSuffix(d.Value, "*") && strings.HasPrefix(value, d.Value[:len(d.Value)-1]):
-			if wildcard == nil || len(d.Value) > len(wildcard.Value) {
+		case isWildcard(d.Value) && wildcardMatch(d.Value, value):
+			if wildcard == nil || literalLen(d.Value) > literalLen(wildcard.Value) {
 				wildcard = d
 			}
 		}

@@ -131,6 +131,7 @@ func New(cfg Config) *API {
 	v1.PUT("/me/password", viewer, a.h(a.changePassword))
 
 	v1.GET("/ruleset", viewer, a.h(a.getRuleset))
+	v1.PUT("/ruleset", editor, a.h(a.putRuleset))
 	v1.GET("/domains", viewer, a.h(a.listDomains))
 	v1.GET("/domains/:domain", viewer, a.h(a.getDomain))
 	v1.PUT("/domains/:domain", editor, a.h(a.putDomain))
@@ -175,6 +176,7 @@ func New(cfg Config) *API {
 	v1.GET("/stats/domains", viewer, a.h(a.statsDomains))
 	v1.GET("/stats/settings", viewer, a.h(a.statsSettings))
 	v1.GET("/stats/stream", viewer, a.statsStream)
+	v1.GET("/quotas", viewer, a.h(a.listQuotas))
 	v1.GET("/alerts", admin, a.h(a.getAlerts))
 	v1.PUT("/alerts", admin, a.h(a.putAlerts))
 	v1.POST("/alerts/test", admin, a.h(a.testAlert))

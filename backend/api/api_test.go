@@ -222,6 +222,9 @@ var scenarios = []scenario{
 	// Tokens have no password; a signed-in user's change is in TestSessions.
 	{route: "PUT /api/v1/me/password", path: "/api/v1/me/password", body: `{"current_password":"a","new_password":"password2"}`, auth: "viewer", ok: 403},
 	{route: "GET /api/v1/ruleset", path: "/api/v1/ruleset", auth: "viewer", ok: 200},
+	{route: "PUT /api/v1/ruleset", path: "/api/v1/ruleset",
+		body: `{"domains":{"rs-{cred}":"domain: rs-{cred}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},"message":"m"}`,
+		auth: "editor", ok: 200},
 	{route: "GET /api/v1/domains", path: "/api/v1/domains", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/domains/:domain", path: "/api/v1/domains/api", auth: "viewer", ok: 200},
 	{route: "PUT /api/v1/domains/:domain", path: "/api/v1/domains/p-{cred}",
@@ -265,6 +268,7 @@ var scenarios = []scenario{
 	{route: "GET /api/v1/stats/history", path: "/api/v1/stats/history?domain=api&step=300", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/domains", path: "/api/v1/stats/domains", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/settings", path: "/api/v1/stats/settings", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/quotas", path: "/api/v1/quotas?period=2026-12", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/stream", path: "/api/v1/stats/stream", auth: "viewer", ok: 426},
 	{route: "GET /api/v1/alerts", path: "/api/v1/alerts", auth: "admin", ok: 200},
 	{route: "PUT /api/v1/alerts", path: "/api/v1/alerts", body: `{"webhooks":[],"spike_defaults":{"floor_per_s":5,"factor":5,"for_s":3},"domains":{"api":{"mask_values":true}}}`, auth: "admin", ok: 200},

@@ -107,14 +107,21 @@ func (a *API) pendingDiff(c *gin.Context, cr store.ChangeRequest) ([]rules.Domai
 		}
 		return diffDomains(cur.Domains, target.Domains), nil
 	}
+	edits := changeEdits(cr)
+	touched := make(map[string]bool, len(edits))
+	for _, e := range edits {
+		touched[e.Domain] = true
+	}
 	var proposed []store.DomainRevision
 	for _, d := range cur.Domains {
-		if d.Name != cr.Domain {
+		if !touched[d.Name] {
 			proposed = append(proposed, d)
 		}
 	}
-	if !cr.Deleted {
-		proposed = append(proposed, store.DomainRevision{Name: cr.Domain, YAML: cr.YAML})
+	for _, e := range edits {
+		if !e.Deleted {
+			proposed = append(proposed, store.DomainRevision{Name: e.Domain, YAML: e.YAML})
+		}
 	}
 	return diffDomains(cur.Domains, proposed), nil
 }
@@ -144,8 +151,8 @@ func (a *API) approveChange(c *gin.Context) error {
 	}
 	// The YAML was valid when proposed; check again in case this binary's
 	// rules are stricter than the one that accepted it.
-	if cr.Kind == store.KindPublish {
-		if err := validateDomain(cr.Domain, cr.YAML); err != nil {
+	if cr.Kind == store.KindPublish || cr.Kind == store.KindRuleset {
+		if err := validateEdits(cr); err != nil {
 			return err
 		}
 	}

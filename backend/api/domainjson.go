@@ -14,6 +14,7 @@ import (
 // domainJSON is a domain's configuration as written (defaults not filled in).
 type domainJSON struct {
 	Domain             string                  `json:"domain"`
+	DefaultAlgorithm   string                  `json:"default_algorithm,omitempty"`
 	RequestDescriptors []requestDescriptorJSON `json:"request_descriptors,omitempty"`
 	Descriptors        []descriptorJSON        `json:"descriptors"`
 }
@@ -57,6 +58,7 @@ type descriptorJSON struct {
 	FailureMode    string           `json:"failure_mode,omitempty"`
 	ValueToMetric  bool             `json:"value_to_metric,omitempty"`
 	ShareThreshold bool             `json:"share_threshold,omitempty"`
+	Metadata       map[string]any   `json:"metadata,omitempty"`
 	Calendar       bool             `json:"calendar,omitempty"`
 	Shards         uint32           `json:"shards,omitempty"`
 	OnLimit        *onLimitJSON     `json:"on_limit,omitempty"`
@@ -66,13 +68,14 @@ type descriptorJSON struct {
 type rateLimitJSON struct {
 	Unit            string   `json:"unit,omitempty"`
 	RequestsPerUnit uint32   `json:"requests_per_unit,omitempty"`
+	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
 	Unlimited       bool     `json:"unlimited,omitempty"`
 	Name            string   `json:"name,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
 }
 
 func domainConfig(d *rules.Domain) domainJSON {
-	out := domainJSON{Domain: d.Name, Descriptors: descriptorsJSON(d.Descriptors)}
+	out := domainJSON{Domain: d.Name, DefaultAlgorithm: string(d.DefaultAlgorithm), Descriptors: descriptorsJSON(d.Descriptors)}
 	for _, rd := range d.RequestDescriptors {
 		entries := make([]requestEntryJSON, len(rd.Entries))
 		for i, e := range rd.Entries {
@@ -88,10 +91,10 @@ func descriptorsJSON(ds []rules.Descriptor) []descriptorJSON {
 	for i, d := range ds {
 		out[i] = descriptorJSON{Key: d.Key, Value: d.Value, Algorithm: string(d.Algorithm), Burst: d.Burst,
 			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, FailureMode: string(d.FailureMode),
-			ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold, Calendar: d.Calendar, Shards: d.Shards,
+			ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold, Metadata: d.Metadata, Calendar: d.Calendar, Shards: d.Shards,
 			OnLimit: onLimit(d.OnLimit)}
 		if rl := d.RateLimit; rl != nil {
-			out[i].RateLimit = &rateLimitJSON{Unit: string(rl.Unit), RequestsPerUnit: rl.RequestsPerUnit,
+			out[i].RateLimit = &rateLimitJSON{Unit: string(rl.Unit), RequestsPerUnit: rl.RequestsPerUnit, UnitMultiplier: rl.UnitMultiplier,
 				Unlimited: rl.Unlimited, Name: rl.Name, Replaces: rl.Replaces}
 		}
 		if len(d.Descriptors) > 0 {
@@ -110,6 +113,7 @@ type limitJSON struct {
 	Name            string       `json:"name"` // rate_limit.name, else Path
 	Unit            string       `json:"unit,omitempty"`
 	RequestsPerUnit uint32       `json:"requests_per_unit"`
+	UnitMultiplier  uint32       `json:"unit_multiplier,omitempty"` // when more than 1
 	Burst           uint32       `json:"burst"`
 	Algorithm       string       `json:"algorithm"`
 	Unlimited       bool         `json:"unlimited"`
@@ -132,16 +136,20 @@ func limitsOf(d *rules.Domain) []limitJSON {
 	return out
 }
 
-// limitOf is desc's limit, at path, with the defaults the enforcer applies.
-func limitOf(desc rules.Descriptor, path string) limitJSON {
+// limitOf is desc's limit, at path, with the defaults the enforcer applies;
+// def is the domain's default_algorithm.
+func limitOf(desc rules.Descriptor, def rules.Algorithm, path string) limitJSON {
 	rl := desc.RateLimit
 	l := limitJSON{Path: path, Name: cmp.Or(rl.Name, path), RequestsPerUnit: rl.RequestsPerUnit,
-		Burst: cmp.Or(desc.Burst, rl.RequestsPerUnit), Algorithm: string(cmp.Or(desc.Algorithm, rules.TokenBucket)),
+		Burst: cmp.Or(desc.Burst, rl.RequestsPerUnit), Algorithm: string(cmp.Or(desc.Algorithm, def, rules.TokenBucket)),
 		Unlimited: rl.Unlimited, ShadowMode: desc.ShadowMode, DetailedMetric: desc.DetailedMetric,
 		FailureMode: string(cmp.Or(desc.FailureMode, rules.FailOpen)), Calendar: desc.Calendar,
 		Shards: max(desc.Shards, 1), OnLimit: onLimit(desc.OnLimit), Replaces: rl.Replaces}
 	if !rl.Unlimited {
 		l.Unit = string(rl.Unit)
+		if rl.UnitMultiplier > 1 {
+			l.UnitMultiplier = rl.UnitMultiplier
+		}
 	}
 	return l
 }
@@ -165,7 +173,7 @@ func pathLimits(d *rules.Domain) []pathLimit {
 		for _, desc := range ds {
 			p := append(path[:len(path):len(path)], entryJSON{Key: desc.Key, Value: desc.Value})
 			if desc.RateLimit != nil {
-				out = append(out, pathLimit{p, limitOf(desc, pathName(p))})
+				out = append(out, pathLimit{p, limitOf(desc, d.DefaultAlgorithm, pathName(p))})
 			}
 			walk(desc.Descriptors, p)
 		}

@@ -21,6 +21,9 @@
 // traffic aggregator), and ServeStream serves the browsers' live traffic
 // streams: it is the only console package that imports the websocket
 // library.
+//
+// Quota batches from nodes are stored in Postgres and acknowledged once
+// stored; a resent batch adds nothing (quota.go).
 package hub
 
 //lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
@@ -625,6 +628,12 @@ func (h *Hub) read(ctx context.Context, c *conn) error {
 		}
 		if err != nil {
 			return closeError{code: websocket.StatusPolicyViolation, reason: "malformed message: " + err.Error()}
+		}
+		if q, ok := msg.(*wire.Quota); ok {
+			if err := h.quota(ctx, c, q); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := h.handle(c, msg); err != nil {
 			return err

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -41,6 +42,8 @@ type ChangeRequest struct {
 	// ReviewMessage is the approver's note or the rejection's reason.
 	ReviewMessage string `json:"review_message,omitempty"`
 	Version       *int64 `json:"version,omitempty"` // published version, once approved
+	// Edits are the domains a change of kind ruleset sets or removes.
+	Edits []DomainEdit `json:"edits,omitempty"`
 }
 
 type changeRow struct {
@@ -52,6 +55,7 @@ type changeRow struct {
 	Domain        string
 	YAML          string `gorm:"column:yaml"`
 	Deleted       bool
+	Edits         []DomainEdit `gorm:"serializer:json"` // NULL unless kind is ruleset
 	BaseVersion   int64
 	RollbackOf    *int64
 	Message       string
@@ -66,13 +70,13 @@ func (changeRow) TableName() string { return "change_requests" }
 
 func (r changeRow) change() ChangeRequest {
 	return ChangeRequest{ID: r.ID, CreatedAt: r.CreatedAt, Author: r.Author, Kind: ChangeKind(r.Kind), Domain: r.Domain,
-		YAML: r.YAML, Deleted: r.Deleted, BaseVersion: r.BaseVersion, RollbackOf: r.RollbackOf, Message: r.Message,
+		YAML: r.YAML, Deleted: r.Deleted, Edits: r.Edits, BaseVersion: r.BaseVersion, RollbackOf: r.RollbackOf, Message: r.Message,
 		Status: r.Status, Reviewer: r.Reviewer, ReviewedAt: r.ReviewedAt, ReviewMessage: r.ReviewMessage, Version: r.Version}
 }
 
 func (r changeRow) plan() plan {
 	return plan{kind: ChangeKind(r.Kind), domain: r.Domain, yaml: r.YAML, deleted: r.Deleted,
-		base: r.BaseVersion, checkBase: true, rollbackOf: r.RollbackOf}
+		base: r.BaseVersion, checkBase: true, rollbackOf: r.RollbackOf, edits: r.Edits}
 }
 
 // Propose records c as a pending change request, with its audit event. It
@@ -90,7 +94,7 @@ func (s *Store) Propose(ctx context.Context, c Change) (ChangeRequest, error) {
 			return err
 		}
 		row = changeRow{CreatedAt: time.Now().UTC(), Author: c.Actor.Name, AuthorOwner: c.Actor.owner(), Kind: string(p.kind),
-			Domain: p.domain, YAML: p.yaml, Deleted: p.deleted, BaseVersion: p.base, RollbackOf: p.rollbackOf,
+			Domain: p.domain, YAML: p.yaml, Deleted: p.deleted, Edits: p.edits, BaseVersion: p.base, RollbackOf: p.rollbackOf,
 			Message: c.Message, Status: ChangePending}
 		if err := tx.Create(&row).Error; err != nil {
 			return fmt.Errorf("write change request: %w", err)
@@ -99,7 +103,10 @@ func (s *Store) Propose(ctx context.Context, c Change) (ChangeRequest, error) {
 		if row.RollbackOf != nil {
 			after["rollback_of"] = *row.RollbackOf
 		}
-		if !row.Deleted && row.Kind != string(KindRollback) {
+		switch {
+		case row.Kind == string(KindRuleset):
+			after["edits"] = row.Edits
+		case !row.Deleted && row.Kind != string(KindRollback):
 			after["yaml"] = row.YAML
 		}
 		return appendAudit(tx, c.Actor, "change.propose", changeTarget(p), c.Message, nil, after)
@@ -226,7 +233,11 @@ func (s *Store) ListChanges(ctx context.Context, f ChangeFilter) ([]ChangeReques
 		q = q.Where("status = ?", f.Status)
 	}
 	if f.Domain != "" {
-		q = q.Where("domain = ?", f.Domain)
+		touches, err := json.Marshal([]DomainEdit{{Domain: f.Domain}})
+		if err != nil {
+			return nil, 0, fmt.Errorf("list change requests: %w", err)
+		}
+		q = q.Where("(domain = ? OR edits @> ?::jsonb)", f.Domain, string(touches))
 	}
 	if f.Author != "" {
 		q = q.Where("author = ?", f.Author)

@@ -73,6 +73,9 @@ const (
 	KindDomainRollback ChangeKind = "domain_rollback"
 	// KindRollback sets the whole ruleset back to version RollbackTo.
 	KindRollback ChangeKind = "rollback"
+	// KindRuleset sets several domains and removes some (Edits), in one
+	// version (see ruleset.go).
+	KindRuleset ChangeKind = "ruleset"
 )
 
 // Change is a request to publish a new version. The YAML must have been
@@ -95,6 +98,10 @@ type Change struct {
 	// is required; it is audited. Callers check the role. Ignored when
 	// approval is not required.
 	BreakGlass string
+	// Edits are the domains a KindRuleset change sets or removes; its
+	// BaseVersion is the ruleset version the author saw, and it fails with
+	// a *ConflictError if any of these domains changed after it.
+	Edits []DomainEdit
 }
 
 // ErrApprovalRequired is returned by Publish when the require_approval
@@ -256,6 +263,7 @@ type plan struct {
 	base       int64
 	checkBase  bool
 	rollbackOf *int64
+	edits      []DomainEdit // KindRuleset only
 }
 
 // resolve checks c against the ruleset at head and works out its content.
@@ -278,6 +286,15 @@ func resolve(tx *gorm.DB, c Change, head int64) (plan, error) {
 			return plan{}, &InvalidError{Reason: "a domain is required"}
 		}
 		p.deleted = true
+	case KindRuleset:
+		if c.Domain != "" {
+			return plan{}, &InvalidError{Reason: "a ruleset change takes no domain: its edits name them"}
+		}
+		edits, err := normalEdits(c.Edits)
+		if err != nil {
+			return plan{}, err
+		}
+		p.edits = edits
 	case KindDomainRollback, KindRollback:
 		if c.RollbackTo <= 0 || c.RollbackTo > head {
 			return plan{}, fmt.Errorf("version %d: %w", c.RollbackTo, rules.ErrNotFound)
@@ -328,6 +345,9 @@ func resolve(tx *gorm.DB, c Change, head int64) (plan, error) {
 
 // check refuses p if its base moved or its domain cannot take it.
 func check(tx *gorm.DB, p plan, head int64) error {
+	if p.kind == KindRuleset {
+		return checkEdits(tx, p, head)
+	}
 	if p.kind == KindRollback {
 		if p.checkBase && head > p.base {
 			return &ConflictError{Base: p.base, ChangedIn: head}
@@ -360,8 +380,11 @@ type versionMeta struct {
 
 // apply writes p as version v, with its audit event by act.
 func apply(tx *gorm.DB, p plan, v int64, meta versionMeta, act Actor) error {
-	if p.kind == KindRollback {
+	switch p.kind {
+	case KindRollback:
 		return applyRollback(tx, p, v, meta, act)
+	case KindRuleset:
+		return applyEdits(tx, p, v, meta, act)
 	}
 	before, err := revisionAt(tx, p.domain, v-1)
 	if err != nil {
@@ -375,16 +398,22 @@ func apply(tx *gorm.DB, p plan, v int64, meta versionMeta, act Actor) error {
 		return err
 	}
 	action := map[ChangeKind]string{KindPublish: "domain.publish", KindDelete: "domain.delete", KindDomainRollback: "domain.rollback"}[p.kind]
+	return auditRevision(tx, act, action, before, rev, p, meta)
+}
+
+// auditRevision appends the audit event of one domain's revision rev of a
+// version, with the domain's content before it.
+func auditRevision(tx *gorm.DB, act Actor, action string, before *revisionRow, rev revisionRow, p plan, meta versionMeta) error {
 	var b any
 	if before != nil && !before.Deleted {
 		b = map[string]any{"yaml": before.YAML, "version": before.Version}
 	}
-	after := map[string]any{"version": v, "deleted": p.deleted}
-	if !p.deleted {
-		after["yaml"] = p.yaml
+	after := map[string]any{"version": rev.Version, "deleted": rev.Deleted}
+	if !rev.Deleted {
+		after["yaml"] = rev.YAML
 	}
 	addMeta(after, p, meta)
-	return appendAudit(tx, act, action, "domain:"+p.domain, meta.message, b, after)
+	return appendAudit(tx, act, action, "domain:"+rev.Domain, meta.message, b, after)
 }
 
 func addMeta(after map[string]any, p plan, meta versionMeta) {
@@ -537,7 +566,7 @@ func (s *Store) Publish(ctx context.Context, c Change) (int64, error) {
 }
 
 func changeTarget(p plan) string {
-	if p.kind == KindRollback {
+	if p.kind == KindRollback || p.kind == KindRuleset {
 		return "ruleset"
 	}
 	return "domain:" + p.domain
@@ -551,6 +580,8 @@ func describeChange(c Change) string {
 		return fmt.Sprintf("rollback of domain %q to version %d", c.Domain, c.RollbackTo)
 	case KindDelete:
 		return fmt.Sprintf("deletion of domain %q", c.Domain)
+	case KindRuleset:
+		return fmt.Sprintf("change of %d domains", len(c.Edits))
 	}
 	return fmt.Sprintf("domain %q", c.Domain)
 }

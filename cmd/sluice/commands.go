@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -96,10 +97,21 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	fs.string(&labels, "labels", "SLUICE_LABELS", "", "node labels as k=v,k=v")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
+	// File mode (the Lyft drop-in): rules from a directory, no console.
+	fs.string(&cfg.RulesDir, "rules-dir", "SLUICE_RULES_DIR", "", "file mode: run without a console on the domain files (*.yaml, Lyft's format) in this directory, reloaded when they change, all or nothing; "+
+		"a file without default_algorithm counts in fixed windows, as Lyft does")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
 	var err error
+	if cfg.RulesDir != "" {
+		consoleSet := getenv("SLUICE_CONSOLE_URL") != "" || getenv("SLUICE_CONSOLE_URL_FILE") != ""
+		fs.Visit(func(f *flag.Flag) { consoleSet = consoleSet || f.Name == "console-url" })
+		if consoleSet {
+			return fmt.Errorf("enforcer: --rules-dir (SLUICE_RULES_DIR) and --console-url (SLUICE_CONSOLE_URL) are mutually exclusive: file mode takes the rules from the directory, without a console")
+		}
+		cfg.ConsoleURL = ""
+	}
 	if cfg.Labels, err = parseLabels(labels); err != nil {
 		return err
 	}
@@ -122,9 +134,10 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 			cfg.ConsoleURL, tok, cfg.NodeID, redact(cfg.RedisURL), cfg.HTTPAddr, cfg.GRPCAddr, cfg.StateDir, labels)
 		fmt.Fprintf(stdout, "redis_timeout=%s\ngateway_listen=%s\ngateway_upstream=%s\ngateway_domain=%s\ngateway_trusted_proxies=%s\n",
 			cfg.StoreTimeout, cfg.GatewayAddr, redact(cfg.GatewayUpstream), cfg.GatewayDomain, trusted)
+		fmt.Fprintf(stdout, "rules_dir=%s\n", cfg.RulesDir)
 		return nil
 	}
-	if cfg.NodeToken == "" {
+	if cfg.NodeToken == "" && cfg.RulesDir == "" {
 		return fmt.Errorf("enforcer: --node-token (SLUICE_NODE_TOKEN) is required: create one with POST /api/v1/tokens {\"name\":...,\"role\":\"node\"}")
 	}
 	if cfg.NodeID == "" {

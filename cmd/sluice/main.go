@@ -37,6 +37,8 @@ const usage = `Usage: sluice <command> [flags]
 Commands:
   console        run the console (API, UI, node push)
   enforcer       run an enforcer node
+  ctl            the GitOps CLI against a console: rules export|diff|apply|import,
+                 versions, rollback, audit, nodes, tokens (sluice ctl -h)
   dev            run a console and an enforcer on this machine with demo rules
   bench          load an enforcer with checks and print checks/s and latency
   migrate        apply database migrations
@@ -66,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runMigrate(ctx, args[1:], getenv, stdout, stderr)
 	case "rules":
 		return runRules(args[1:], getenv, stdout, stderr)
+	case "ctl":
+		return runCtl(ctx, args[1:], getenv, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "sluice %s\n", buildVersion())
 		return nil

@@ -48,6 +48,8 @@ descriptors:
   - key: detailed
     rate_limit: {unit: minute, requests_per_unit: 100, name: detailed}
     detailed_metric: true
+  - key: anon
+    rate_limit: {unit: minute, requests_per_unit: 3}
 `
 
 type fixture struct {
@@ -683,5 +685,47 @@ func TestRequestBoundsOnEveryTransport(t *testing.T) {
 				t.Errorf("gRPC: %v", err)
 			}
 		})
+	}
+}
+
+// TestCurrentLimitNameOnlyWhenNamed: as in envoyproxy/ratelimit,
+// current_limit.name is the configured rate_limit.name, and empty when the
+// rules name none (stats still count the limit under its path name), over
+// HTTP /json and gRPC alike.
+func TestCurrentLimitNameOnlyWhenNamed(t *testing.T) {
+	f := newFixture(t, nil)
+	f.apply(t)
+	for _, tt := range []struct{ key, want string }{{"anon", ""}, {"api_key", "per-key"}} {
+		body := `{"domain":"api","descriptors":[{"entries":[{"key":"` + tt.key + `","value":"v"}]}]}`
+		r := f.do(t, "POST", "/json", body)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", tt.key, r.status, r.body)
+		}
+		st := decode(t, r.body).Statuses[0]
+		if st.CurrentLimit == nil || st.CurrentLimit.GetName() != tt.want || st.CurrentLimit.GetRequestsPerUnit() == 0 {
+			t.Errorf("/json %s: current_limit %v, want name %q and the limit", tt.key, st.CurrentLimit, tt.want)
+		}
+		resp, err := grpcClient(t, f).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+			Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor(tt.key, "w")},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Statuses[0].GetCurrentLimit().GetName(); got != tt.want {
+			t.Errorf("gRPC %s: current_limit.name %q, want %q", tt.key, got, tt.want)
+		}
+	}
+	// A limit override carries no name either, as in Lyft.
+	resp, err := grpcClient(t, f).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: "o"}},
+			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_HOUR},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := resp.Statuses[0].GetCurrentLimit(); l.GetName() != "" || l.GetRequestsPerUnit() != 7 {
+		t.Errorf("override: current_limit %v, want 7 a hour without a name", l)
 	}
 }

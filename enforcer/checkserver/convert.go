@@ -100,8 +100,10 @@ func toHeaders(res engine.Result) []*corev3.HeaderValue {
 }
 
 // toResponse renders an engine result as an RLS response, with Lyft's
-// conventions: no current_limit when no limit applies, and for an unlimited
-// limit no current_limit and limit_remaining = MaxUint32.
+// conventions: no current_limit when no limit applies, for an unlimited
+// limit no current_limit and limit_remaining = MaxUint32, and a
+// current_limit.name only when the rules name the limit (rate_limit.name;
+// the path name that stats use by default is not sent).
 func toResponse(res engine.Result) *rlsv3.RateLimitResponse {
 	// The messages of all statuses come from a few arrays, not one
 	// allocation each: this runs for every check.
@@ -122,7 +124,10 @@ func toResponse(res engine.Result) *rlsv3.RateLimitResponse {
 			st.LimitRemaining = math.MaxUint32
 		default:
 			l := &limits[i]
-			l.Name, l.RequestsPerUnit, l.Unit = s.Limit.Name, s.Limit.RequestsPerUnit, toUnit(s.Limit.Unit)
+			l.RequestsPerUnit, l.Unit = s.Limit.RequestsPerUnit, toUnit(s.Limit.Unit)
+			if s.Limit.Named {
+				l.Name = s.Limit.Name
+			}
 			st.CurrentLimit = l
 			if s.Limited() { // counted: by Redis, or locally while it is down
 				st.LimitRemaining = uint32(min(max(s.Remaining, 0), math.MaxUint32))

@@ -55,6 +55,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -178,12 +179,19 @@ type Status struct {
 	// Code for a failure_mode: local limit; Remaining, ResetAfter and
 	// RetryAfter are then the local limiter's.
 	Local bool
+
+	// unknown is set when the counter state of a limit within its limit
+	// could not be read for a request another limit rejected.
+	unknown bool
+	// undecided marks a decision the store did not make (the Batcher's
+	// over-limit cache answered for another limit of the Take).
+	undecided bool
 }
 
 // Limited reports whether s carries counter state worth reporting to a
 // client (a matched, counted limit that the store answered for).
 func (s Status) Limited() bool {
-	return s.Limit != nil && !s.Limit.Unlimited && (!s.StoreFailed || s.Local)
+	return s.Limit != nil && !s.Limit.Unlimited && (!s.StoreFailed || s.Local) && !s.unknown
 }
 
 // Result is the answer to a Request.
@@ -256,6 +264,8 @@ type Engine struct {
 	shardSeq     atomic.Uint64
 	stats        stats // per-rule counts for the console (TakeStats)
 	noStats      bool  // WithoutStats
+
+	quota quotas // quota usage for billing (quota.go)
 }
 
 // Option changes a setting of New.
@@ -287,6 +297,7 @@ func New(store Store, prefix string, opts ...Option) *Engine {
 		prefix = DefaultKeyPrefix
 	}
 	e := &Engine{store: store, prefix: prefix}
+	e.quota.full = make(chan struct{}, 1)
 	for _, o := range opts {
 		o(e)
 	}
@@ -375,6 +386,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	res, err := e.check(ctx, req)
 	if err == nil && !e.noStats {
 		e.stats.count(&req, &res)
+		e.quota.count(&req, &res)
 	}
 	return res, err
 }
@@ -398,7 +410,7 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	for i, d := range req.Descriptors {
 		l := rs.set.Match(req.Domain, d.Entries)
 		if d.Override != nil && rs.domains[req.Domain] {
-			ol, err := overrideLimit(req.Domain, d.Override, l)
+			ol, err := overrideLimit(req.Domain, d.Override, l, rs.set.DefaultAlgorithm(req.Domain))
 			if err != nil {
 				return Result{}, fmt.Errorf("%w: descriptors[%d]: %w", ErrInvalidRequest, i, err)
 			}
@@ -408,7 +420,8 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	}
 	dropReplaced(res.Statuses)
 
-	// Limits that block every request answer without the store.
+	// Limits that block every request answer without the store (the others
+	// are only looked at, below, to report what remains of them).
 	for i := range res.Statuses {
 		s := &res.Statuses[i]
 		if s.Limit == nil || !s.Limit.BlocksAll() {
@@ -423,9 +436,6 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		}
 		s.Code = OverLimit
 		res.Code = OverLimit
-	}
-	if res.Code == OverLimit {
-		return res, nil
 	}
 
 	// Build one store request per counted limit; idx maps them back.
@@ -450,6 +460,9 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		// key (this allocates only for such limits).
 		entries := s.Limit.CounterEntries(req.Descriptors[i].Entries, nil)
 		r, a := e.storeRequest(req.Domain, entries, s.Limit, h, req.Shape)
+		if req.Descriptors[i].Override != nil && rs.domains[req.Domain] {
+			r.Key = overrideKey(r.Key, s.Limit.Period)
+		}
 		if a != (adjustment{}) {
 			if adj == nil {
 				adj = make([]adjustment, len(res.Statuses))
@@ -463,9 +476,25 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		return res, nil
 	}
 
-	if err := e.decide(ctx, false, &res, reqs, idx); err != nil {
+	if res.Code == OverLimit {
+		// A blocking limit rejected: consume nothing, but say what remains
+		// of the others, as Lyft does.
+		e.peek(ctx, &res, reqs, idx, idx)
+	} else if err := e.decide(ctx, false, &res, reqs, idx); err != nil {
 		res.StoreErr = err
 		e.failureModes(ctx, &res, reqs, idx, adj)
+	} else if res.Code == OverLimit {
+		// The Batcher answers a Take with a limit it knows to be over
+		// without asking Redis: read what remains of the others.
+		var undecided []int
+		for _, i := range idx {
+			if res.Statuses[i].undecided {
+				undecided = append(undecided, i)
+			}
+		}
+		if undecided != nil {
+			e.peek(ctx, &res, reqs, idx, undecided)
+		}
 	}
 	if adj != nil {
 		adjust(&res, adj)
@@ -478,6 +507,42 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// peek reads, without consuming, the counter state of the statuses at which
+// (a subset of idx, whose store requests are reqs) for a request that is
+// over limit anyway, so that limits within their limit report what
+// remains of them. Their codes stay OK. When the store cannot tell, they
+// report nothing (Status.Limited is false).
+func (e *Engine) peek(ctx context.Context, res *Result, reqs []limiter.Request, idx, which []int) {
+	var (
+		peeks   []limiter.Request
+		peekIdx []int
+	)
+	for j, i := range idx {
+		if !slices.Contains(which, i) || res.Statuses[i].Code == OverLimit {
+			continue
+		}
+		r := reqs[j]
+		r.Hits, r.MaxDelay = 0, 0
+		peeks = append(peeks, r)
+		peekIdx = append(peekIdx, i)
+	}
+	if len(peeks) == 0 {
+		return
+	}
+	ds, err := e.take(ctx, false, peeks)
+	for j, i := range peekIdx {
+		s := &res.Statuses[i]
+		s.undecided = false
+		if err != nil || ds[j].Cached {
+			s.unknown = true
+			continue
+		}
+		s.Remaining = max(ds[j].Remaining, 0)
+		s.ResetAfter = ds[j].ResetAfter
+		s.RetryAfter, s.Delay = 0, 0
+	}
 }
 
 // checkBounds refuses a request over the bounds of one request.
@@ -692,6 +757,22 @@ func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Lim
 	return r, a
 }
 
+// overrideKey returns the key of a limit override's counter: each override
+// period (Envoy's unit times its multiplier) counts on a key of its own,
+// apart from the configured limit and from overrides of other periods, as
+// each unit has its own window in envoyproxy/ratelimit. Overrides of one
+// period share it (there, a 10/DAY and a 20/DAY override count together).
+// Like shardKey, the suffix goes inside the hash tag after ":#", which no
+// descriptor's key can contain there; "o" is no hex digit, so it cannot
+// collide with a hashed part or a shard.
+func overrideKey(key string, period time.Duration) string {
+	suffix := ":#o" + strconv.FormatInt(int64(period/time.Second), 10)
+	if base, ok := strings.CutSuffix(key, "}"); ok {
+		return base + suffix + "}"
+	}
+	return key + suffix
+}
+
 // shardKey returns the key of one shard of key: the shard number goes
 // inside the hash tag, so on Redis Cluster the shards spread over slots.
 // limiter.Key escapes '#' in every part and only writes it at the start of
@@ -752,6 +833,7 @@ func record(res *Result, idx []int, decisions []limiter.Decision, local bool) {
 		s.Code = OK
 		s.Shadowed = false
 		s.Local = local
+		s.undecided = d.Cached && d.Allowed
 		if d.Allowed {
 			continue
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -16,10 +17,12 @@ import (
 const MaxOverridePeriod = 365 * 24 * time.Hour
 
 // overrideLimit builds the limit a caller's Override asks for. matched is
-// the limit the rules chose (nil if none): the override keeps its name and
-// failure mode. Following envoyproxy/ratelimit, an override is never in
-// shadow mode.
-func overrideLimit(domain string, o *Override, matched *rules.Limit) (*rules.Limit, error) {
+// the limit the rules chose (nil if none): the override keeps its name,
+// failure mode and algorithm; without one it counts with def, the domain's
+// default algorithm (so a Lyft file counts an override in a fixed window,
+// as Lyft does). Following envoyproxy/ratelimit, an override is never in
+// shadow mode. Its counter is its own (see overrideKey).
+func overrideLimit(domain string, o *Override, matched *rules.Limit, def rules.Algorithm) (*rules.Limit, error) {
 	if o.RequestsPerUnit == 0 {
 		return nil, errors.New("limit override: requests_per_unit must be positive")
 	}
@@ -43,7 +46,7 @@ func overrideLimit(domain string, o *Override, matched *rules.Limit) (*rules.Lim
 		Unit:            o.Unit,
 		RequestsPerUnit: o.RequestsPerUnit,
 		Burst:           o.RequestsPerUnit,
-		Algorithm:       rules.TokenBucket,
+		Algorithm:       cmp.Or(def, rules.TokenBucket),
 		FailureMode:     rules.FailOpen,
 		Period:          period,
 		Shards:          1,
@@ -54,6 +57,12 @@ func overrideLimit(domain string, o *Override, matched *rules.Limit) (*rules.Lim
 		l.FailureMode = matched.FailureMode
 		l.DetailedMetric = matched.DetailedMetric
 		l.OnLimit.Status = matched.OnLimit.Status
+		l.Algorithm = cmp.Or(matched.Algorithm, l.Algorithm)
+	}
+	if l.Algorithm == rules.SlidingWindowLog && l.RequestsPerUnit > rules.MaxSlidingLogRequests {
+		// A log keeps an entry per request: the rules bound it, and a
+		// caller's override must not get round that.
+		l.Algorithm = rules.SlidingWindowCounter
 	}
 	return l, nil
 }

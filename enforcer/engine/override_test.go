@@ -30,7 +30,7 @@ func TestOverridePeriodBounded(t *testing.T) {
 		{rules.Second, math.MaxUint32, 0},
 		{rules.Month, math.MaxUint32, 0},
 	} {
-		l, err := overrideLimit("api", &Override{RequestsPerUnit: 10, Unit: tt.unit, Multiplier: tt.multiplier}, nil)
+		l, err := overrideLimit("api", &Override{RequestsPerUnit: 10, Unit: tt.unit, Multiplier: tt.multiplier}, nil, "")
 		switch {
 		case tt.want == 0 && (err == nil || !strings.Contains(err.Error(), "longest period allowed")):
 			t.Errorf("%d × %s: %v, %v; want refused", tt.multiplier, tt.unit, l, err)

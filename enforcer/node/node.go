@@ -3,8 +3,9 @@
 // (middleware.NewNode): the Redis client with the request path's timeouts,
 // the Batcher that pipelines and coalesces concurrent Takes, the engine
 // behind a circuit breaker with the local fallback, the console
-// subscription with the saved ruleset applied, and the node's metrics.
-// Servers, listeners and shutdown are the callers'.
+// subscription with the saved ruleset applied (or, in file mode, the rules
+// directory it keeps the engine on), and the node's metrics. Servers,
+// listeners and shutdown are the callers'.
 package node
 
 import (
@@ -24,15 +25,21 @@ import (
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/enforcer/metrics"
 	"github.com/sluicehq/sluice/enforcer/subscriber"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // Config is what a node is built from; the fields mean what the enforcer's
 // flags of the same names mean.
 type Config struct {
 	// ConsoleURL is the console's base URL, or several replicas' separated
-	// by commas; NodeToken a token with role node. ConsoleURL is required.
+	// by commas; NodeToken a token with role node. ConsoleURL or RulesDir
+	// is required, and only one of them.
 	ConsoleURL string
 	NodeToken  string
+	// RulesDir turns on file mode: no console, the rules come from the
+	// domain files in this directory (see Files). NodeToken, StateDir and
+	// Labels do not apply, and nothing is reported to a console.
+	RulesDir string
 	// NodeID names the node in the console; the hostname when empty.
 	NodeID string
 	// RedisURL is the counter store (see limiter.NewClient). Required.
@@ -63,8 +70,11 @@ type Config struct {
 type Node struct {
 	// Engine decides checks.
 	Engine *engine.Engine
-	// Subscriber keeps Engine on the console's ruleset.
+	// Subscriber keeps Engine on the console's ruleset; nil in file mode.
 	Subscriber *subscriber.Subscriber
+	// Files keeps Engine on the rules directory in file mode; nil
+	// otherwise.
+	Files *Files
 	// Metrics records checks; nil without a Config.Registry.
 	Metrics *metrics.Metrics
 
@@ -78,13 +88,20 @@ type Node struct {
 // Run). The saved ruleset in StateDir, if any, is applied; a bad one is
 // logged and ignored, since the console sends the current ruleset as soon
 // as it answers.
+//
+// In file mode (RulesDir) the directory is loaded before New returns: an
+// unreadable directory is an error, invalid rules are logged and leave the
+// node without rules (not ready) until they are fixed.
 func New(cfg Config) (*Node, error) {
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.ConsoleURL == "" {
-		return nil, errors.New("console url is required")
+	switch {
+	case cfg.ConsoleURL != "" && cfg.RulesDir != "":
+		return nil, errors.New("console url and rules dir are mutually exclusive: a node takes its rules from the console or from a directory (file mode), not both")
+	case cfg.ConsoleURL == "" && cfg.RulesDir == "":
+		return nil, errors.New("console url is required (or a rules dir, for file mode)")
 	}
 	if cfg.RedisURL == "" {
 		return nil, errors.New("redis url is required")
@@ -105,6 +122,10 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var opts []engine.Option
+	if cfg.RulesDir != "" {
+		opts = append(opts, engine.WithoutStats()) // no console to send them to
+	}
 	n := &Node{
 		id:     cfg.NodeID,
 		client: client,
@@ -112,7 +133,14 @@ func New(cfg Config) (*Node, error) {
 		// The Batcher pipelines and coalesces the node's concurrent Takes
 		// and answers limits known to be over from its cache. Its Timeout
 		// bounds a check's whole wait, queueing included.
-		Engine: NewEngine(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{Timeout: cfg.StoreTimeout}), cfg.KeyPrefix, log),
+		Engine: NewEngine(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{Timeout: cfg.StoreTimeout}), cfg.KeyPrefix, log, opts...),
+	}
+	if cfg.RulesDir != "" {
+		if err := n.fileMode(cfg, log); err != nil {
+			client.Close()
+			return nil, err
+		}
+		return n, nil
 	}
 	n.Subscriber, err = subscriber.New(subscriber.Config{
 		ConsoleURL: cfg.ConsoleURL,
@@ -125,6 +153,9 @@ func New(cfg Config) (*Node, error) {
 		StatsSource: n.Engine.TakeStats,
 		// Per-value hit histograms for the impact preview.
 		PreviewSource: n.Engine.TakePreview,
+		// Quota usage for billing.
+		QuotaSource: n.Engine.TakeQuota,
+		QuotaFull:   n.Engine.QuotaFull(),
 	}, n.Engine, log)
 	if err != nil {
 		client.Close()
@@ -146,6 +177,28 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// fileMode builds the node's Files, with its metrics, and loads the
+// directory once.
+func (n *Node) fileMode(cfg Config, log *slog.Logger) error {
+	var err error
+	if n.Files, err = newFiles(cfg.RulesDir, n.Engine, log, cfg.Registry); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if cfg.Registry != nil {
+		if n.Metrics, err = metrics.New(cfg.Registry, metrics.Options{Engine: n.Engine}); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	if err := n.Files.Load(); err != nil {
+		var ve *rules.ValidationError
+		if !errors.As(err, &ve) {
+			return err // the directory itself is unusable
+		}
+		// Logged; the node serves, not ready, until the files are fixed.
+	}
+	return nil
+}
+
 // NewEngine returns the engine a node runs: store behind a circuit breaker,
 // so an outage costs checks no waiting and the limits' failure modes
 // answer. Each call is bounded by the store client's own timeouts (dial,
@@ -156,7 +209,7 @@ func New(cfg Config) (*Node, error) {
 // Failure_mode: local limits are counted by a limiter.Local meanwhile; the
 // subscriber's SetNodeCount (the snapshot's node_count) gives it this
 // node's share.
-func NewEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
+func NewEngine(store engine.Store, prefix string, log *slog.Logger, opts ...engine.Option) *engine.Engine {
 	brk := breaker.New(breaker.Config{
 		Hard: engine.StoreDown,
 		OnChange: func(from, to breaker.State) {
@@ -170,7 +223,8 @@ func NewEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engi
 			}
 		},
 	})
-	return engine.New(store, prefix, engine.WithBreaker(brk), engine.WithLocal(limiter.NewLocal(limiter.LocalOptions{})))
+	opts = append([]engine.Option{engine.WithBreaker(brk), engine.WithLocal(limiter.NewLocal(limiter.LocalOptions{}))}, opts...)
+	return engine.New(store, prefix, opts...)
 }
 
 // register adds the node's metrics to reg.
@@ -193,8 +247,14 @@ func (n *Node) register(reg prometheus.Registerer) (*metrics.Metrics, error) {
 // ID is the node's id (Config.NodeID, or the hostname).
 func (n *Node) ID() string { return n.id }
 
-// Run keeps the console subscription up until ctx is done.
-func (n *Node) Run(ctx context.Context) error { return n.Subscriber.Run(ctx) }
+// Run keeps the console subscription up (in file mode: polls the rules
+// directory) until ctx is done.
+func (n *Node) Run(ctx context.Context) error {
+	if n.Files != nil {
+		return n.Files.Run(ctx)
+	}
+	return n.Subscriber.Run(ctx)
+}
 
 // Ping reports whether Redis answers (for /readyz).
 func (n *Node) Ping(ctx context.Context) error { return n.ping(ctx) }

@@ -17,6 +17,9 @@
 // refuses to publish a version over wire.MaxSnapshotBytes, so only a version
 // written before that bound can be that large.)
 //
+// Quota usage for billing goes to the console every 10 s and at shutdown, and
+// is resent until acknowledged (quota.go).
+//
 // It is the only package of the node that imports the websocket library.
 package subscriber
 
@@ -96,6 +99,12 @@ type Config struct {
 	// PreviewSource, when set, adds the impact preview's ended spans to
 	// each stats report (engine.Engine.TakePreview).
 	PreviewSource func() []wire.RulePreview
+	// QuotaSource, when set, is sent to the console every QuotaInterval
+	// (DefaultQuotaInterval when zero), whenever QuotaFull is signalled,
+	// and at shutdown (see quota.go).
+	QuotaSource   QuotaSource
+	QuotaFull     <-chan struct{}
+	QuotaInterval time.Duration
 	// HTTPClient dials the websocket; nil means http.DefaultClient.
 	HTTPClient *http.Client
 }
@@ -117,6 +126,8 @@ type Subscriber struct {
 
 	lastContact atomic.Int64 // unix nanoseconds, 0 = never
 	connected   atomic.Bool
+
+	quota *quotaState // quota batches (quota.go)
 }
 
 // New returns a Subscriber that applies snapshots to eng. It validates the
@@ -145,11 +156,14 @@ func New(cfg Config, eng *engine.Engine, log *slog.Logger) (*Subscriber, error) 
 	if cfg.StatsInterval <= 0 {
 		cfg.StatsInterval = DefaultStatsInterval
 	}
+	if cfg.QuotaInterval <= 0 {
+		cfg.QuotaInterval = DefaultQuotaInterval
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	now := time.Now()
-	return &Subscriber{cfg: cfg, urls: urls, eng: eng, log: log, started: now, statsAt: now}, nil
+	return &Subscriber{cfg: cfg, urls: urls, eng: eng, log: log, started: now, statsAt: now, quota: newQuotaState()}, nil
 }
 
 // streamURL turns the console base URL into the websocket URL of the stream.
@@ -296,6 +310,9 @@ func (s *Subscriber) session(ctx context.Context, target string) (connected bool
 		defer close(closed)
 		select {
 		case <-ctx.Done():
+			if s.cfg.QuotaSource != nil && s.connected.Load() {
+				s.flushQuota(cctx, conn)
+			}
 			conn.Close(websocket.StatusGoingAway, "node shutting down")
 		case <-done:
 		}
@@ -319,6 +336,9 @@ func (s *Subscriber) session(ctx context.Context, target string) (connected bool
 	go s.keepalive(cctx, conn)
 	if s.cfg.StatsSource != nil {
 		go s.reportStats(cctx, conn)
+	}
+	if s.cfg.QuotaSource != nil {
+		go s.reportQuota(cctx, conn)
 	}
 
 	for {
@@ -350,6 +370,10 @@ func (s *Subscriber) session(ctx context.Context, target string) (connected bool
 		}
 		if err != nil {
 			s.log.WarnContext(ctx, "ignoring malformed console message", "error", err)
+			continue
+		}
+		if a, ok := msg.(*wire.QuotaAck); ok {
+			s.quotaAcked(a)
 			continue
 		}
 		snap, ok := msg.(*wire.Snapshot)

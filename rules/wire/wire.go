@@ -240,6 +240,92 @@ func (s *Stats) Validate() error {
 	return validatePreviews(s.Preview)
 }
 
+// Quota usage (billing). A node sends a Quota batch of the hits its calendar
+// (day, week, month, year) limits admitted per descriptor value and
+// period, at most every few seconds and on shutdown, and keeps it until
+// the console answers with a QuotaAck of the same epoch and seq; it resends
+// an unacknowledged batch, and the console applies a batch of one node and
+// epoch at most once (seq must be above the last it applied), so a resend
+// after a lost ack is not counted twice. Epoch names one run of the node
+// process: seqs start again at 1 in a new epoch.
+const (
+	TypeQuota    = "quota"
+	TypeQuotaAck = "quota_ack"
+)
+
+// Bounds of a Quota batch, checked by Quota.Validate.
+const (
+	MaxQuotaUsage      = 2000 // entries per batch: one console transaction
+	MaxQuotaValueBytes = 256  // a longer value is sent as a prefix and a hash (engine)
+	MaxQuotaEpochBytes = 64
+)
+
+// QuotaUsage is the hits one limit admitted for one descriptor value in one
+// calendar period since the node's previous batch. Start is the period's
+// start in Unix seconds (UTC), Unit its length and Limit the limit's
+// requests_per_unit when counted.
+type QuotaUsage struct {
+	Domain string `json:"domain"`
+	Rule   string `json:"rule"`
+	Unit   string `json:"unit"`
+	Value  string `json:"value"`
+	Start  int64  `json:"start"`
+	Hits   int64  `json:"hits"`
+	Limit  int64  `json:"limit"`
+}
+
+// Quota is one batch of a node's quota usage. Dropped is the hits the node
+// could not record since its previous batch because it held the most
+// distinct entries it keeps (engine.QuotaMaxEntries) while the console did
+// not take them.
+type Quota struct {
+	Type    string       `json:"type"`
+	Epoch   string       `json:"epoch"`
+	Seq     int64        `json:"seq"`
+	Usage   []QuotaUsage `json:"usage"`
+	Dropped int64        `json:"dropped,omitempty"`
+}
+
+// QuotaAck tells a node that the console stored its batch Seq of Epoch.
+type QuotaAck struct {
+	Type  string `json:"type"`
+	Epoch string `json:"epoch"`
+	Seq   int64  `json:"seq"`
+}
+
+// Validate checks a Quota batch's bounds: every text field valid UTF-8
+// without NUL (they are stored as Postgres text), units day, week, month or
+// year, positive hits, non-negative limits.
+func (q *Quota) Validate() error {
+	switch {
+	case q.Epoch == "" || len(q.Epoch) > MaxQuotaEpochBytes || !isText(q.Epoch):
+		return fmt.Errorf("quota: epoch must be 1-%d bytes of UTF-8 text", MaxQuotaEpochBytes)
+	case q.Seq <= 0:
+		return fmt.Errorf("quota: seq %d must be positive", q.Seq)
+	case len(q.Usage) > MaxQuotaUsage:
+		return fmt.Errorf("quota: more than %d usage entries", MaxQuotaUsage)
+	case q.Dropped < 0:
+		return fmt.Errorf("quota: dropped %d is negative", q.Dropped)
+	}
+	for i, u := range q.Usage {
+		switch {
+		case u.Domain == "" || u.Rule == "" || len(u.Domain) > 1<<10 || len(u.Rule) > 1<<10:
+			return fmt.Errorf("quota: usage[%d]: domain and rule must be 1-1024 bytes", i)
+		case len(u.Value) > MaxQuotaValueBytes:
+			return fmt.Errorf("quota: usage[%d]: value is over %d bytes", i, MaxQuotaValueBytes)
+		case !isText(u.Domain) || !isText(u.Rule) || !isText(u.Value):
+			return fmt.Errorf("quota: usage[%d]: domain, rule and value must be valid UTF-8 without NUL", i)
+		case u.Unit != "day" && u.Unit != "week" && u.Unit != "month" && u.Unit != "year":
+			return fmt.Errorf("quota: usage[%d]: unit %q is not day, week, month or year", i, abbrev(u.Unit, 20))
+		case u.Hits <= 0 || u.Limit < 0:
+			return fmt.Errorf("quota: usage[%d]: hits must be positive and limit non-negative", i)
+		case u.Start < 0 || u.Start > 253402300799: // 9999-12-31
+			return fmt.Errorf("quota: usage[%d]: start %d is out of range", i, u.Start)
+		}
+	}
+	return nil
+}
+
 // Checksum is the SHA-256 over a ruleset's domains, independent of their order.
 func Checksum(domains []DomainConfig) string {
 	sorted := slices.Clone(domains)
@@ -254,7 +340,8 @@ func Checksum(domains []DomainConfig) string {
 // ErrUnknownType is returned by Decode for a message whose type is unknown.
 var ErrUnknownType = errors.New("unknown message type")
 
-// Decode parses one message into *Hello, *Snapshot, *Ack, *Nack or *Stats.
+// Decode parses one message into *Hello, *Snapshot, *Ack, *Nack, *Stats,
+// *Quota or *QuotaAck.
 func Decode(data []byte) (any, error) {
 	typ, err := messageType(data)
 	if err != nil {
@@ -272,6 +359,10 @@ func Decode(data []byte) (any, error) {
 		msg = &Nack{}
 	case TypeStats:
 		msg = &Stats{}
+	case TypeQuota:
+		msg = &Quota{}
+	case TypeQuotaAck:
+		msg = &QuotaAck{}
 	default:
 		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, abbrev(typ, 40))
 	}

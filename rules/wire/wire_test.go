@@ -177,6 +177,8 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"ack","version":2}`,
 		`{"type":"nack","version":2,"error":"bad"}`,
 		`{"type":"stats","interval_ms":1000,"rules":[{"domain":"d","rule":"r","top_limited":[{"value":"v","count":1}]}]}`,
+		`{"type":"quota","epoch":"e","seq":1,"usage":[{"domain":"d","rule":"r","unit":"month","value":"v","start":0,"hits":1,"limit":5}]}`,
+		`{"type":"quota_ack","epoch":"e","seq":1}`,
 		`{"type":7}`, `null`, `{}`,
 	} {
 		f.Add([]byte(s))
@@ -194,7 +196,9 @@ func FuzzDecode(f *testing.F) {
 			_ = m.Validate()
 		case *wire.Stats:
 			_ = m.Validate()
-		case *wire.Snapshot, *wire.Ack, *wire.Nack:
+		case *wire.Quota:
+			_ = m.Validate()
+		case *wire.Snapshot, *wire.Ack, *wire.Nack, *wire.QuotaAck:
 		default:
 			t.Fatalf("Decode returned %T", msg)
 		}

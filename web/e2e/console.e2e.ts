@@ -651,6 +651,29 @@ describe('the console UI', () => {
         await other.close();
       }
       await limitOn(5);
+
+      // A multi-domain apply (sluice ctl rules apply) waits as one change request with a diff per domain.
+      const rs = await admin.call<{ version: number }>('GET', '/api/v1/ruleset');
+      const cr = await admin.call<{ change: { id: number } }>(
+        'PUT',
+        '/api/v1/ruleset',
+        {
+          domains: {
+            'ctl-a': 'domain: ctl-a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 3}\n',
+            'ctl-b': 'domain: ctl-b\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n',
+          },
+          message: 'Two domains from git in one version',
+          base_version: rs.version,
+        },
+        202,
+      );
+      await go('/approvals', 'Approvals');
+      const both = page.locator('section.card', { hasText: 'Two domains from git in one version' });
+      await both.getByRole('heading', { name: /change 2 domains in one version/ }).waitFor();
+      const diffs = await both.locator('figure.diff').allInnerTexts();
+      expect(diffs.length).toBe(2);
+      expect(diffs.join('\n')).toContain('requests_per_unit: 7');
+      await admin.call('POST', `/api/v1/changes/${cr.change.id}/reject`, { message: 'e2e: withdrawn' });
     } finally {
       await admin.call('PUT', '/api/v1/settings', { require_approval: false });
     }
@@ -669,6 +692,7 @@ describe('the console UI', () => {
       ['/users', 'Users', '15-users'],
       ['/approvals', 'Approvals', '16-approvals'],
       ['/traffic', 'Live traffic', '17-traffic'],
+      ['/quotas', 'Quotas', '17-quotas'],
       ['/domains/~new', 'New domain', '18-new-domain'],
     ];
     for (const [path, heading, name] of pages) {

@@ -7,6 +7,7 @@
 // answer 404 "no such route" or 405; isUnavailable tells those apart so pages
 // can say "not available" instead of failing.
 import { errorMessage } from './format';
+import { quotaParams, type QuotaQuery } from './quotas';
 
 /** The CSRF header sent on writes (POST, PUT, PATCH, DELETE). */
 export const csrfHeader = 'X-CSRF-Token';
@@ -391,6 +392,8 @@ export interface ChangeRequest {
   reviewed_at?: string | null;
   review_message?: string;
   version?: number | null;
+  /** edits are the domains a change of kind "ruleset" (sluice ctl rules apply) sets or removes. */
+  edits?: { domain: string; yaml?: string; deleted?: boolean }[];
 }
 
 /** changes lists change requests with the given status. */
@@ -526,6 +529,16 @@ export function createUser(username: string, password: string, role: string): Pr
 /** setUserDisabled disables or re-enables an account (admin). */
 export async function setUserDisabled(id: number, disabled: boolean): Promise<void> {
   await request('POST', `/users/${seg(id)}/${disabled ? 'disable' : 'enable'}`, {});
+}
+
+/** setUserRole changes an account's role (admin); 409 for the last enabled admin. */
+export function setUserRole(id: number, role: string): Promise<User> {
+  return request<User>('PUT', `/users/${seg(id)}/role`, { role });
+}
+
+/** resetPassword sets an account's password (admin); the user's sessions end. */
+export function resetPassword(id: number, password: string): Promise<User> {
+  return request<User>('PUT', `/users/${seg(id)}/password`, { password });
 }
 
 /** Token is an API token without its secret. */
@@ -780,6 +793,32 @@ export async function saveAlerts(s: AlertSettings): Promise<Alerts> {
 export async function testAlert(): Promise<number> {
   const out = await request<{ queued?: number }>('POST', '/alerts/test', {});
   return out.queued ?? 0;
+}
+
+// --- quotas ------------------------------------------------------------------
+
+/** QuotaUsage is one value's usage of one quota in one period (GET /quotas). */
+export interface QuotaUsage {
+  domain: string;
+  rule: string;
+  unit: 'day' | 'week' | 'month' | 'year';
+  value: string;
+  masked?: boolean;
+  period_start: string;
+  period_end: string;
+  used: number;
+  limit: number;
+}
+
+/** quotas lists quota usage, most used first, limit rows from offset on. */
+export async function quotas(q: QuotaQuery, limit: number, offset = 0): Promise<{ usage: QuotaUsage[]; next: number | null }> {
+  const out = await request<{ usage?: QuotaUsage[]; next_offset?: number | null }>('GET', `/quotas${quotaParams(q, { limit, offset })}`);
+  return { usage: out.usage ?? [], next: out.next_offset ?? null };
+}
+
+/** quotasCSVURL is the link that downloads the selected usage as CSV. */
+export function quotasCSVURL(q: QuotaQuery): string {
+  return `${base}/quotas${quotaParams({ ...q, value: undefined }, { format: 'csv' })}`;
 }
 
 // --- impact preview (issue 19) -------------------------------------------------

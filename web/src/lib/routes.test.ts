@@ -18,6 +18,7 @@ describe('matchRoute', () => {
     ['/approvals', 'approvals', {}],
     ['/traffic', 'traffic', {}],
     ['/alerts', 'alerts', {}],
+    ['/quotas', 'quotas', {}],
     ['/nope', 'not-found', {}],
     ['/domains/%E0%A4%A', 'domain', { name: '%E0%A4%A' }],
   ])('%s → %s', (path, page, params) => {

@@ -15,6 +15,7 @@ export interface Route {
     | 'tokens'
     | 'traffic'
     | 'alerts'
+    | 'quotas'
     | 'not-found';
   params: Record<string, string>;
 }
@@ -42,6 +43,7 @@ export function matchRoute(path: string): Route {
     case 'tokens':
     case 'traffic':
     case 'alerts':
+    case 'quotas':
       if (parts.length === 1) return r(a);
       break;
   }

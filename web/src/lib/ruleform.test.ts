@@ -279,3 +279,16 @@ describe('helpers', () => {
     expect(deepEqual(a, b)).toBe(want);
   });
 });
+
+describe('default_algorithm', () => {
+  it('is kept when the form edits a descriptor', () => {
+    const text = `domain: lyft\ndefault_algorithm: fixed_window\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n`;
+    const before = model(text);
+    const after = clone(before);
+    descriptors(after)[0].rate_limit = { unit: 'second', requests_per_unit: 6 };
+    const out = applyModel(text, before, after);
+    expect(out).toContain('default_algorithm: fixed_window');
+    expect(model(out).default_algorithm).toBe('fixed_window');
+    expect(out).toContain('requests_per_unit: 6');
+  });
+});

@@ -86,7 +86,7 @@ describe('cursorContext', () => {
 
 describe('suggestions from the schema', () => {
   it('completes top-level keys', () => {
-    expect(labels('d|')).toEqual(['domain', 'descriptors']);
+    expect(labels('d|')).toEqual(['domain', 'default_algorithm', 'descriptors']);
   });
 
   it('completes descriptor fields, skipping those already there', () => {

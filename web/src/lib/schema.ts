@@ -30,6 +30,7 @@ export const fallbackSchema: JSONSchema = {
   type: 'object',
   properties: {
     domain: { type: 'string', description: 'the domain name requests carry' },
+    default_algorithm: { enum: [...algorithms], default: 'token_bucket', description: 'algorithm of every limit that names none' },
     descriptors: { type: 'array', items: { $ref: '#/$defs/descriptor' }, description: 'the descriptor tree' },
   },
   $defs: {
@@ -37,7 +38,7 @@ export const fallbackSchema: JSONSchema = {
       type: 'object',
       properties: {
         key: { type: 'string', description: 'descriptor entry key' },
-        value: { type: 'string', description: 'exact value, or "prefix*"; omit for one counter per value' },
+        value: { type: 'string', description: 'exact value, or a wildcard (each * is any run: "files/*", "/api*v1"); omit for one counter per value' },
         rate_limit: { $ref: '#/$defs/rate_limit' },
         algorithm: { enum: [...algorithms], default: 'token_bucket', description: 'counting algorithm' },
         burst: { type: 'integer', description: 'bucket capacity; default requests_per_unit' },
