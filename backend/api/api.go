@@ -137,6 +137,7 @@ func New(cfg Config) *API {
 	v1.PUT("/domains/:domain", editor, a.h(a.putDomain))
 	v1.DELETE("/domains/:domain", editor, a.h(a.deleteDomain))
 	v1.POST("/domains/:domain/rollback", editor, a.h(a.rollbackDomain))
+	v1.POST("/preview", editor, a.h(a.preview)) // impact preview of a draft (preview.go)
 	v1.GET("/versions", viewer, a.h(a.listVersions))
 	v1.GET("/versions/:n", viewer, a.h(a.getVersion))
 	v1.GET("/versions/:n/diff/:m", viewer, a.h(a.diffVersions))

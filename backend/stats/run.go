@@ -73,6 +73,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			a.flush(fctx, true)
+			a.flushPreview(fctx)
 			return nil
 		case <-exchange.C:
 			err := a.exchange(ctx)
@@ -125,6 +126,9 @@ func (a *Aggregator) loadRecent(ctx context.Context) error {
 // the other replicas it has not read yet.
 func (a *Aggregator) exchange(ctx context.Context) error {
 	if err := a.flush(ctx, false); err != nil {
+		return err
+	}
+	if err := a.flushPreview(ctx); err != nil {
 		return err
 	}
 	ids, err := a.st.RecentFrameIDs(ctx, a.replica, recentFrames)

@@ -113,6 +113,7 @@ type Aggregator struct {
 	scratch  []*series                       // Ingest's, reused
 	canary   map[store.RuleKey]*canarySeries // the canary cohort's share (cohort.go)
 	promoted time.Time                       // newest promote seen (cohort.go)
+	pv       previewBuffer                   // the impact preview's spans, not yet written (preview.go)
 }
 
 type minuteKey struct {
@@ -273,6 +274,11 @@ func (a *Aggregator) ingest(m *wire.Stats, at time.Time, canary bool) error {
 	if len(a.series)+len(fresh) > MaxSeries {
 		return refuse("too_many_rules", "over %d rules tracked", MaxSeries)
 	}
+	preview, re := a.checkPreviewLocked(m, now)
+	if re != nil {
+		return re
+	}
+	a.pv.add(preview)
 	a.scratch = found[:0]
 	for i, r := range m.Rules {
 		s := found[i]

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/rules/wire"
@@ -31,12 +32,14 @@ type ruleStats struct {
 type stats struct {
 	mu    sync.Mutex
 	rules map[[2]string]*ruleStats // by domain, rule name
+	pv    previewState             // the impact preview's recorder (preview.go)
 }
 
 // count records the outcome of each matched limit of a decided check. A
 // limit that counted nothing (it had room, but another limit rejected the
 // request) is not recorded, as in the metrics.
 func (st *stats) count(req *Request, res *Result) {
+	now := time.Now().Unix() // for the preview (preview.go), read outside the lock
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for i, s := range res.Statuses {
@@ -60,6 +63,7 @@ func (st *stats) count(req *Request, res *Result) {
 			rs = &ruleStats{}
 			st.rules[key] = rs
 		}
+		st.pv.recordEntries(key, now, req.Descriptors[i].Entries, s.Shadowed || s.Code == OverLimit)
 		switch {
 		case s.StoreFailed && !s.Local:
 			rs.storeErrors++

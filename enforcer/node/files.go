@@ -49,7 +49,7 @@ type Files struct {
 	log      *slog.Logger
 	interval time.Duration
 
-	mu      sync.Mutex // serializes loads
+	mu      sync.Mutex        // serializes loads
 	seen    [sha256.Size]byte // the contents last parsed
 	seenErr error             // and why they were refused; nil: applied
 	tried   bool

@@ -151,6 +151,8 @@ func New(cfg Config) (*Node, error) {
 		StateDir:   cfg.StateDir,
 		// Per-rule counts and top limited values for the console.
 		StatsSource: n.Engine.TakeStats,
+		// Per-value hit histograms for the impact preview.
+		PreviewSource: n.Engine.TakePreview,
 		// Quota usage for billing.
 		QuotaSource: n.Engine.TakeQuota,
 		QuotaFull:   n.Engine.QuotaFull(),

@@ -11,8 +11,9 @@ import (
 // encodeStats encodes st within the protocol's limits, which the console
 // enforces by closing the connection: at most wire.MaxStatsRules rules and
 // wire.MaxTopValues top values each, and wire.MaxNodeMessageBytes in all.
-// When the message is too big, top values go first, then the least busy
-// rules.
+// When the message is too big, top values go first, then the impact
+// preview's spans (at most wire.MaxStatsRules; a preview lost so shows as a
+// gap in that span's replay), then the least busy rules.
 func encodeStats(st wire.Stats) ([]byte, error) {
 	rules := slices.Clone(st.Rules)
 	for i := range rules {
@@ -26,6 +27,9 @@ func encodeStats(st wire.Stats) ([]byte, error) {
 		rules = rules[:wire.MaxStatsRules]
 	}
 	st.Rules = rules
+	if len(st.Preview) > wire.MaxStatsRules {
+		st.Preview = st.Preview[:wire.MaxStatsRules]
+	}
 	data, err := json.Marshal(st)
 	if err != nil || len(data) <= wire.MaxNodeMessageBytes {
 		return data, err
@@ -33,6 +37,10 @@ func encodeStats(st wire.Stats) ([]byte, error) {
 	for i := range st.Rules {
 		st.Rules[i].TopLimited = nil
 	}
+	if data, err = json.Marshal(st); err != nil || len(data) <= wire.MaxNodeMessageBytes {
+		return data, err
+	}
+	st.Preview = nil
 	slices.SortStableFunc(st.Rules, func(a, b wire.RuleStats) int { return cmp.Compare(busy(b), busy(a)) })
 	for {
 		data, err = json.Marshal(st)

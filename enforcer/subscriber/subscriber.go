@@ -96,6 +96,9 @@ type Config struct {
 	// StatsInterval (DefaultStatsInterval when zero).
 	StatsSource   StatsSource
 	StatsInterval time.Duration
+	// PreviewSource, when set, adds the impact preview's ended spans to
+	// each stats report (engine.Engine.TakePreview).
+	PreviewSource func() []wire.RulePreview
 	// QuotaSource, when set, is sent to the console every QuotaInterval
 	// (DefaultQuotaInterval when zero), whenever QuotaFull is signalled,
 	// and at shutdown (see quota.go).
@@ -504,7 +507,11 @@ func (s *Subscriber) stats() wire.Stats {
 	now := time.Now()
 	ms := max(now.Sub(s.statsAt).Milliseconds(), 1)
 	s.statsAt = now
-	return wire.Stats{Type: wire.TypeStats, IntervalMS: ms, Rules: rules}
+	st := wire.Stats{Type: wire.TypeStats, IntervalMS: ms, Rules: rules}
+	if s.cfg.PreviewSource != nil {
+		st.Preview = s.cfg.PreviewSource()
+	}
+	return st
 }
 
 func (s *Subscriber) send(ctx context.Context, conn *websocket.Conn, msg any) error {

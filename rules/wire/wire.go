@@ -216,6 +216,9 @@ type Stats struct {
 	Type       string      `json:"type"`
 	IntervalMS int64       `json:"interval_ms"`
 	Rules      []RuleStats `json:"rules,omitempty"`
+	// Preview holds the spans that ended since the previous report, per
+	// rule (see RulePreview); at most MaxStatsRules.
+	Preview []RulePreview `json:"preview,omitempty"`
 }
 
 // Validate checks a Stats message's bounds.
@@ -234,7 +237,7 @@ func (s *Stats) Validate() error {
 			return fmt.Errorf("stats: rules[%d]: more than %d top values", i, MaxTopValues)
 		}
 	}
-	return nil
+	return validatePreviews(s.Preview)
 }
 
 // Quota usage (billing). A node sends a Quota batch of the hits its calendar

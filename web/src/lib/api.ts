@@ -889,3 +889,66 @@ export interface Cohorts {
 export function cohorts(n: number): Promise<Cohorts> {
   return request<Cohorts>('GET', `/versions/${seg(n)}/cohorts`);
 }
+
+// --- impact preview (issue 19) -------------------------------------------------
+
+/** PreviewPoint is one span (a minute) of a previewed limit. */
+export interface PreviewPoint {
+  t: number;
+  span_s: number;
+  requests: number;
+  /** What the rule actually limited then (shadow-limited included). */
+  limited: number;
+  would_limit: number;
+  would_limit_low: number;
+  would_limit_high: number;
+  /** Distinct values the draft limit would have limited. */
+  values: number;
+  values_low: number;
+  values_high: number;
+}
+
+/** PreviewLimit is what one changed or new limit would have done to the last hour. */
+export interface PreviewLimit {
+  name: string;
+  change: 'limit_added' | 'limit_changed';
+  before: LimitInfo | null;
+  after: LimitInfo;
+  rule?: string;
+  previewable: boolean;
+  reason?: string;
+  estimate: boolean;
+  estimate_reason?: string;
+  error?: string;
+  points: PreviewPoint[];
+  totals: {
+    requests: number;
+    limited: number;
+    would_limit: number;
+    would_limit_low: number;
+    would_limit_high: number;
+    values_max: number;
+  };
+}
+
+/** LimitInfo is the part of an effective limit the preview shows. */
+export interface LimitInfo {
+  name: string;
+  unit?: string;
+  requests_per_unit: number;
+  algorithm: string;
+  unlimited: boolean;
+  shadow_mode: boolean;
+}
+
+/** Preview is the answer of POST /preview. */
+export interface Preview {
+  domain: string;
+  window_s: number;
+  limits: PreviewLimit[];
+}
+
+/** previewDraft replays the last hour of traffic against a draft (editor+); invalid YAML gets the publish's 422. */
+export function previewDraft(domain: string, yaml: string): Promise<Preview> {
+  return request<Preview>('POST', '/preview', { domain, yaml });
+}
