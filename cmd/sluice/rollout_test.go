@@ -201,7 +201,12 @@ func TestStagedRollout(t *testing.T) {
 		"base_version": v1, "rollout": map[string]any{"labels": map[string]string{"canary": "true"}}}, 200, &v)
 	v2 := v.Version
 	f.enforces(429, "canary-1")
-	waitUntil(t, 10*time.Second, "the registry to show canary-1 on v2", func() bool { return f.applied(other)["canary-1"].AppliedVersion == v2 })
+	// The registry is written in batches: wait until the other replica
+	// shows every node (plain-1 is on the replica that took the publish).
+	waitUntil(t, 10*time.Second, "the registry to show canary-1 on v2 and the plain nodes on v1", func() bool {
+		n := f.applied(other)
+		return n["canary-1"].AppliedVersion == v2 && n["plain-1"].AppliedVersion == v1 && n["plain-2"].AppliedVersion == v1
+	})
 	// The other nodes were offered nothing: they still enforce v1.
 	f.enforces(200, "plain-1", "plain-2")
 	nodes := f.applied(other)
