@@ -116,6 +116,19 @@ func (r *RedisServer) Signal(s syscall.Signal) {
 	}
 }
 
+// Running reports whether the server process is running (not Stopped).
+func (r *RedisServer) Running() bool { return r.cmd != nil }
+
+// CLI runs redis-cli against the server with args and returns its output
+// (an error's text, when it fails: the caller checks for what it expects).
+func (r *RedisServer) CLI(args ...string) string {
+	out, err := exec.Command("redis-cli", append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(r.port)}, args...)...).CombinedOutput()
+	if err != nil {
+		return err.Error() + ": " + string(out)
+	}
+	return string(out)
+}
+
 // launch runs the server on r.port and waits until it answers PING.
 func (r *RedisServer) launch() error {
 	r.log.reset()
