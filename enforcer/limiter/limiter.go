@@ -197,7 +197,7 @@ var ErrUnsupportedAlgorithm = errors.New("unsupported limiter algorithm")
 // a Batcher.
 type Redis struct {
 	client  redis.UniversalClient
-	cluster bool
+	cluster *redis.ClusterClient // nil when not on a cluster
 	// now, when set, replaces Redis TIME in the script: tests inject time
 	// with it. Production never sets it.
 	now func() int64
@@ -206,8 +206,15 @@ type Redis struct {
 // NewRedis returns an engine that keeps its counters through client. The
 // client should be built by NewClient (short timeouts, no retries); Redis
 // does not close it. A *redis.ClusterClient makes Take group keys by slot.
+//
+// On a cluster, a call that fails without a reply from Redis (a node
+// unreachable or slow) makes the client reload its slot map: go-redis
+// otherwise reloads it only on a MOVED or ASK reply, which a dead master
+// never sends, or once a minute, so after a failover checks would fail
+// over to the failure mode for up to a minute instead of reaching the
+// promoted replica. Reloads are asynchronous and at most one per 200 ms.
 func NewRedis(client redis.UniversalClient) *Redis {
-	_, cluster := client.(*redis.ClusterClient)
+	cluster, _ := client.(*redis.ClusterClient)
 	return &Redis{client: client, cluster: cluster}
 }
 
@@ -426,7 +433,7 @@ func (r *Redis) refundLater(calls []*takeCall) {
 // group splits specs into one takeCall per hash slot (one call in all when
 // not on a cluster), keeping their order within each call.
 func (r *Redis) group(specs []spec) []*takeCall {
-	if !r.cluster {
+	if r.cluster == nil {
 		idx := make([]int, len(specs))
 		for i := range idx {
 			idx[i] = i

@@ -276,9 +276,15 @@ func (r *Redis) exec(ctx context.Context, calls []*takeCall, pack bool) {
 		invs = append(slices.DeleteFunc(invs, func(inv *invocation) bool { return inv == nil }), alone...)
 	}
 
+	reloaded := false
 	for _, inv := range invs {
 		reply, err := inv.cmd.Result()
 		if err != nil {
+			var rerr redis.Error
+			if r.cluster != nil && !reloaded && !errors.As(err, &rerr) {
+				r.cluster.ReloadState(ctx) // see NewRedis
+				reloaded = true
+			}
 			err = fmt.Errorf("run limiter script: %w", err)
 			for _, c := range inv.calls {
 				c.ds, c.err = nil, err

@@ -17,9 +17,10 @@ import (
 // freeze it, restart it, flush its scripts, make it a cluster node. Tests
 // that only need counters use RedisURL and a KeyPrefix on the shared one.
 type RedisServer struct {
-	t    testing.TB
-	port int
-	args []string
+	t     testing.TB
+	port  int
+	conf  string // config file, first argument (a sentinel's, which it rewrites)
+	args  []string
 
 	log  syncBuffer // the server's stdout and stderr
 	cmd  *exec.Cmd
@@ -132,7 +133,12 @@ func (r *RedisServer) CLI(args ...string) string {
 // launch runs the server on r.port and waits until it answers PING.
 func (r *RedisServer) launch() error {
 	r.log.reset()
-	r.cmd = exec.Command("redis-server", append([]string{"--port", strconv.Itoa(r.port)}, r.args...)...)
+	var args []string
+	if r.conf != "" {
+		args = append(args, r.conf)
+	}
+	args = append(append(args, "--port", strconv.Itoa(r.port)), r.args...)
+	r.cmd = exec.Command("redis-server", args...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.log, &r.log
 	if err := r.cmd.Start(); err != nil {
 		return err
