@@ -17,10 +17,10 @@ import (
 // freeze it, restart it, flush its scripts, make it a cluster node. Tests
 // that only need counters use RedisURL and a KeyPrefix on the shared one.
 type RedisServer struct {
-	t     testing.TB
-	port  int
-	conf  string // config file, first argument (a sentinel's, which it rewrites)
-	args  []string
+	t    testing.TB
+	port int
+	conf string // config file, first argument (a sentinel's, which it rewrites)
+	args []string
 
 	log  syncBuffer // the server's stdout and stderr
 	cmd  *exec.Cmd
