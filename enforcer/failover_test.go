@@ -72,6 +72,15 @@ func (r *recordingStore) Take(ctx context.Context, reqs []limiter.Request) ([]li
 // lost reads back every limit's count through client and returns, summed,
 // the hits Redis admitted that it no longer counts, and the hits admitted.
 func (r *recordingStore) lost(t *testing.T, client redis.UniversalClient) (lost, admitted int64) {
+	lost, _, admitted = r.counts(t, client)
+	return lost, admitted
+}
+
+// counts reads back every limit's count through client and returns, summed,
+// the hits Redis admitted that it no longer counts (lost), the hits it
+// counts that it did not admit (extra: a Take whose answer came too late
+// and the failure mode answered), and the hits admitted.
+func (r *recordingStore) counts(t *testing.T, client redis.UniversalClient) (lost, extra, admitted int64) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -94,9 +103,11 @@ func (r *recordingStore) lost(t *testing.T, client redis.UniversalClient) (lost,
 		admitted += r.hits[key]
 		if counted < r.hits[key] {
 			lost += r.hits[key] - counted
+		} else {
+			extra += counted - r.hits[key]
 		}
 	}
-	return lost, admitted
+	return lost, extra, admitted
 }
 
 // admittedBetween returns how many Takes Redis admitted between from and to.
@@ -117,6 +128,7 @@ type failoverRun struct {
 	samples map[string][]sample // by failure mode, in start order
 	cut     time.Time           // when the fault was caused
 	healed  time.Time           // when the test saw the store whole again
+	trips   int64               // times the breaker opened
 }
 
 // runFailover puts load on both failure modes through a node's engine on
@@ -124,7 +136,7 @@ type failoverRun struct {
 // until healed returns and another 2 s have passed.
 func runFailover(t *testing.T, store engine.Store, fault func(), healed func()) failoverRun {
 	t.Helper()
-	eng := node.NewEngine(store, "sluicetest:failover:", discard)
+	eng := node.NewEngine(store, testenv.KeyPrefix(t), discard)
 	d, err := rules.Parse("api.yaml", []byte(failoverYAML))
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +167,21 @@ func runFailover(t *testing.T, store engine.Store, fault func(), healed func()) 
 	time.Sleep(2 * time.Second)
 	close(stop)
 	wg.Wait()
+	run.trips = int64(eng.Breaker().Trips())
 	return run
+}
+
+// during returns the checks that started within d after the fault.
+func (f failoverRun) during(d time.Duration) []sample {
+	var out []sample
+	for _, ss := range f.samples {
+		for _, s := range ss {
+			if !s.start.Before(f.cut) && s.start.Before(f.cut.Add(d)) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // check asserts what a fault may do to checks and returns its window of
