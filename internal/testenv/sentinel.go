@@ -124,13 +124,19 @@ func (g *SentinelGroup) WaitMaster(addr string, timeout time.Duration) {
 	}
 }
 
-// waitReady waits until the replica is in sync and each sentinel sees one
-// replica and two other sentinels.
+// waitReady waits until the replica is in sync (and counted good by a
+// master with min-replicas-to-write) and each sentinel sees one replica
+// and two other sentinels.
 func (g *SentinelGroup) waitReady(timeout time.Duration) {
 	g.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		ready := strings.Contains(g.Replica.CLI("info", "replication"), "master_link_status:up")
+		// A master with min-replicas-to-write refuses writes until it
+		// counts its replica as good.
+		if m := g.Master.CLI("info", "replication"); strings.Contains(m, "min_slaves_good_slaves:") && !strings.Contains(m, "min_slaves_good_slaves:1") {
+			ready = false
+		}
 		for _, s := range g.Sentinels {
 			m := fields(s.CLI("sentinel", "master", g.Name))
 			if m["num-slaves"] != "1" || m["num-other-sentinels"] != "2" {
