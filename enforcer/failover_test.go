@@ -188,8 +188,8 @@ func (f failoverRun) during(d time.Duration) []sample {
 // errors (first to last check the failure mode answered) and the number of
 // checks answered so: no check fails (the failure mode answers every one
 // Redis could not decide), open admits and closed refuses them, nothing is
-// answered so before the fault, and Redis decides every check of the last
-// 500 ms.
+// answered so before the fault, and Redis decides again before the end (at
+// least 200 ms of checks after the failure mode's last answer).
 func (f failoverRun) check(t *testing.T) (window time.Duration, undecided int) {
 	t.Helper()
 	var first, last, end time.Time
@@ -228,8 +228,8 @@ func (f failoverRun) check(t *testing.T) (window time.Duration, undecided int) {
 	if early > 10 {
 		t.Errorf("the failure mode answered %d checks before the fault", early)
 	}
-	if !last.IsZero() && end.Sub(last) < 500*time.Millisecond {
-		t.Errorf("the failure mode answered until %v before the end of the load, want Redis deciding everything in the last 500ms", end.Sub(last))
+	if !last.IsZero() && end.Sub(last) < 200*time.Millisecond {
+		t.Errorf("the failure mode answered until %v before the end of the load, want Redis deciding again", end.Sub(last))
 	}
 	if !first.IsZero() {
 		window = last.Sub(first)
@@ -282,8 +282,8 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 			}, func() { g.WaitMaster(g.Replica.Addr(), 15*time.Second) })
 			window, undecided := run.check(t)
 			lost, admitted := store.lost(t, client)
-			during := store.admittedBetween(run.cut, run.cut.Add(window+time.Second))
-			t.Logf("%s: new master %v after the fault; window of errors %v (%d checks answered by their failure mode); %d of %d admitted hits lost (%d admitted during the switch)",
+			during := store.admittedBetween(run.cut, time.Now())
+			t.Logf("%s: new master %v after the fault; window of errors %v (%d checks answered by their failure mode); %d of %d admitted hits lost (%d admitted after the fault began)",
 				tt.name, run.healed.Sub(run.cut).Round(time.Millisecond), window.Round(time.Millisecond), undecided, lost, admitted, during)
 			switch {
 			case tt.kill:
@@ -291,7 +291,9 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 					t.Errorf("%d hits Redis admitted are not counted after the failover", lost)
 				}
 			case lost > during:
-				t.Errorf("%d hits lost, more than the %d admitted during the switch", lost, during)
+				// What the old master admitted after the promotion is lost;
+				// what it admitted before the fault must not be.
+				t.Errorf("%d hits lost, more than the %d admitted after the fault began", lost, during)
 			}
 		})
 	}

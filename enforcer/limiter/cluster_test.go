@@ -81,8 +81,11 @@ func TestCluster(t *testing.T) {
 		take func(context.Context, []Request) ([]Decision, error)
 	}{
 		{"direct", NewRedis(c).Take},
-		{"batcher", NewBatcher(NewRedis(c), BatchOptions{}).Take},
-		{"batcher without cache", NewBatcher(NewRedis(c), BatchOptions{OverLimitEntries: -1}).Take},
+		// The client's timeout rather than the node's 50 ms: these test
+		// accuracy, and a loaded machine misses 50 ms (a Take that timed out
+		// is refunded, but only once its calls end).
+		{"batcher", NewBatcher(NewRedis(c), BatchOptions{Timeout: 2 * time.Second}).Take},
+		{"batcher without cache", NewBatcher(NewRedis(c), BatchOptions{OverLimitEntries: -1, Timeout: 2 * time.Second}).Take},
 	}
 	for _, eng := range engines {
 		t.Run(eng.name+"/all or nothing across slots", func(t *testing.T) {
@@ -375,7 +378,9 @@ func TestClusterSustained(t *testing.T) {
 		t.Run(eng.name, func(t *testing.T) {
 			const rate, burst, callers, users = 100, 100, 200, 50
 			global := Request{Key: Key("s:", "d", []rules.Entry{{Key: "global", Value: eng.name}}), Limit: rate, Period: time.Second, Hits: 1}
-			var admitted, refused, errs, last atomic.Int64 // last: latest admission, ns after t0
+			// lastStart, last: the latest admitted Take's start and return, ns
+			// after t0 (it was decided in between).
+			var admitted, refused, errs, lastStart, last atomic.Int64
 			var firstErr atomic.Value
 			var wg sync.WaitGroup
 			start := make(chan struct{})
@@ -390,6 +395,7 @@ func TestClusterSustained(t *testing.T) {
 					}
 					<-start
 					for !stop.Load() {
+						began := int64(time.Since(t0))
 						ds, err := eng.store.Take(ctx, reqs)
 						switch {
 						case err != nil:
@@ -399,6 +405,8 @@ func TestClusterSustained(t *testing.T) {
 							admitted.Add(1)
 							at := int64(time.Since(t0))
 							for old := last.Load(); at > old && !last.CompareAndSwap(old, at); old = last.Load() {
+							}
+							for old := lastStart.Load(); began > old && !lastStart.CompareAndSwap(old, began); old = lastStart.Load() {
 							}
 						default:
 							refused.Add(1)
@@ -412,16 +420,23 @@ func TestClusterSustained(t *testing.T) {
 			stop.Store(true)
 			wg.Wait()
 			// The bucket is empty from its first second on: what it admitted
-			// until its last admission is its burst plus its rate since t0.
-			elapsed := time.Duration(last.Load())
+			// until its last admission is its burst plus its rate since t0,
+			// the last admission decided between that Take's start and return
+			// (the two are close on a quiet machine, not on a loaded one).
 			if n := errs.Load(); n > 0 {
 				t.Fatalf("%d Takes failed, the first with %v", n, firstErr.Load())
 			}
-			want := burst + rate*elapsed.Seconds()
+			lo := burst + rate*time.Duration(lastStart.Load()).Seconds()
+			hi := burst + rate*time.Duration(last.Load()).Seconds()
 			got := float64(admitted.Load())
-			t.Logf("%v: admitted %.0f, refused %d; the global allows %.1f (%.2f%% off)", elapsed.Round(time.Millisecond), got, refused.Load(), want, 100*(got-want)/want)
-			if got < want*0.98 || got > want*1.02 {
-				t.Errorf("admitted %.0f in %v, want %.1f ± 2%%", got, elapsed, want)
+			t.Logf("%v: admitted %.0f, refused %d; the global allows %.1f to %.1f (%.2f%% off the middle)", time.Duration(last.Load()).Round(time.Millisecond),
+				got, refused.Load(), lo, hi, 100*(got-(lo+hi)/2)/((lo+hi)/2))
+			// Below: 2%, or (a short run on a loaded machine) what the limit
+			// refills in 100 ms: a slot judges a Take at the time the first
+			// slot read, a round trip old (kept within 100 ms), which delays
+			// admissions by that much. Above: 2%, never more.
+			if got < lo-max(0.02*lo, rate/10) || got > hi*1.02 {
+				t.Errorf("admitted %.0f, want %.1f to %.1f (-max(2%%, %d), +2%%)", got, lo, hi, rate/10)
 			}
 		})
 	}

@@ -68,7 +68,12 @@
 //   - One clock per Take: every slot judges the Take at the time the first
 //     slot's node read, kept within 100 ms of each node's own TIME (masters'
 //     clocks agree within milliseconds under NTP; a node whose clock is
-//     further off judges at its own ± 100 ms). A fixed or sliding window
+//     further off judges at its own ± 100 ms). That time is a round trip
+//     old when the other slots judge the Take, so their limits admit as if
+//     that much later: a delay, never an excess (a limit of r/s shared by
+//     such Takes under-admits by about r × the round trip, at most r ×
+//     100 ms; 0.6% of a 100/s limit over 10 s on a quiet machine, up to 3%
+//     over 1.5 s on a loaded one). A fixed or sliding window
 //     counter whose state is of a later window than the shared time (its
 //     last writer's clock ran ahead) counts the Take in that later window
 //     rather than overwrite it.
