@@ -152,7 +152,9 @@ func runFailover(t *testing.T, store engine.Store, fault func(), healed func()) 
 	var wg sync.WaitGroup
 	for _, key := range []string{"open", "closed"} {
 		wg.Go(func() {
-			s := load(eng, key, 4, stop)
+			// Paced at 1 ms: these tests run beside other packages' timing
+			// tests on a 2-core machine.
+			s := loadPaced(eng, key, 4, time.Millisecond, stop)
 			slices.SortFunc(s, func(a, b sample) int { return a.start.Compare(b.start) })
 			mu.Lock()
 			run.samples[key] = s
@@ -331,6 +333,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		cl.WaitOK(15 * time.Second) // every live node sees the new master
 	})
 	window, undecided := run.check(t)
 	lost, admitted := store.lost(t, client)

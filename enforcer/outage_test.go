@@ -44,8 +44,14 @@ type sample struct {
 	err     error
 }
 
-// load runs checks of key from workers goroutines until stop is closed.
+// load runs checks of key from workers goroutines until stop is closed,
+// each pausing 100 µs between checks.
 func load(eng *engine.Engine, key string, workers int, stop <-chan struct{}) []sample {
+	return loadPaced(eng, key, workers, 100*time.Microsecond, stop)
+}
+
+// loadPaced is load with each worker pausing pace between checks.
+func loadPaced(eng *engine.Engine, key string, workers int, pace time.Duration, stop <-chan struct{}) []sample {
 	var (
 		mu  sync.Mutex
 		all []sample
@@ -75,7 +81,7 @@ func load(eng *engine.Engine, key string, workers int, stop <-chan struct{}) []s
 				mine = append(mine, s)
 				// Paced, so the machine keeps idle CPU and latencies
 				// measure the checks, not the scheduler.
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(pace)
 			}
 		}()
 	}
