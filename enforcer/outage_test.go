@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -33,6 +34,14 @@ descriptors:
 `
 
 var discard = slog.New(slog.DiscardHandler)
+
+// TestMain keeps go-redis's own logging (a line per failed dial, which the
+// outage, failover and fault tests cause by the thousand) out of test
+// output.
+func TestMain(m *testing.M) {
+	limiter.SetLogger(discard)
+	os.Exit(m.Run())
+}
 
 // sample is one check made under load.
 type sample struct {

@@ -3,15 +3,18 @@ package limiter
 import (
 	"context"
 	"flag"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -439,5 +442,77 @@ func TestClusterSustained(t *testing.T) {
 				t.Errorf("admitted %.0f, want %.1f to %.1f (-max(2%%, %d), +2%%)", got, lo, hi, rate/10)
 			}
 		})
+	}
+}
+
+// TestClusterFrozenSlotWaitsOneTimeout freezes (SIGSTOP) the master of the
+// second slot of a Take spanning two: each Take fails after the Batcher's
+// one timeout (its reservation on the first slot and the frozen one share
+// it), and what the first slot reserved is given back once the frozen
+// calls end, so the limit there is untouched.
+func TestClusterFrozenSlotWaitsOneTimeout(t *testing.T) {
+	cl := testenv.StartCluster(t, 3, 0, 2*time.Second)
+	c, err := NewClient(cl.Seeds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	key := func(v string) string { return Key("f:", "d", []rules.Entry{{Key: "k", Value: v}}) }
+	first := key("first")
+	var second string
+	for i := 0; ; i++ {
+		if second = key(strconv.Itoa(i)); cl.MasterOf(Slot(second)) != cl.MasterOf(Slot(first)) {
+			break
+		}
+	}
+	a := Request{Key: first, Algorithm: rules.FixedWindow, Limit: 1_000_000, Period: noBoundary, Hits: 1}
+	b := Request{Key: second, Algorithm: rules.FixedWindow, Limit: 1_000_000, Period: noBoundary, Hits: 1}
+	bt := NewBatcher(NewRedis(c), BatchOptions{Timeout: DefaultTimeout})
+	ctx := context.Background()
+	for range 20 { // warm: connections to both masters
+		if _, err := bt.Take(ctx, []Request{a, b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := fwCount(t, c, a.Key)
+
+	frozen := cl.MasterOf(Slot(second))
+	frozen.Signal(syscall.SIGSTOP)
+	var mu sync.Mutex
+	var took []time.Duration
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				t0 := time.Now()
+				if _, err := bt.Take(ctx, []Request{a, b}); err == nil {
+					t.Error("a Take on a frozen master succeeded")
+				}
+				mu.Lock()
+				took = append(took, time.Since(t0))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	frozen.Signal(syscall.SIGCONT)
+	slices.Sort(took)
+	p99 := took[len(took)*99/100]
+	t.Logf("frozen second slot: %d Takes, p50 %v, p99 %v, max %v", len(took), took[len(took)/2], p99, took[len(took)-1])
+	if bound := DefaultTimeout + 25*time.Millisecond; p99 > bound {
+		t.Errorf("p99 %v with the second slot frozen, want at most one timeout + 25ms (%v)", p99, bound)
+	}
+	// The reservations on the first slot come back once the frozen calls
+	// have ended (their 50 ms read timeout).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := fwCount(t, c, a.Key)
+		if got == before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("first slot counts %d, %d before the freeze: reservations of failed Takes not given back", got, before)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

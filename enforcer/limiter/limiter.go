@@ -341,7 +341,8 @@ func (r *Redis) takeAcross(ctx context.Context, calls []*takeCall, n int, run ru
 		clock = "~" + clock // bounded by each node's own clock
 	}
 	for _, c := range rest {
-		c.mode, c.clock = m, clock
+		// One deadline for all the reservations (a Batcher's; zero else).
+		c.mode, c.clock, c.deadline = m, clock, first.deadline
 	}
 	if err := run(ctx, rest); err != nil {
 		if took {

@@ -24,6 +24,9 @@ type Toxiproxy struct {
 // StartToxiproxy starts a proxy to upstream (host:port).
 func StartToxiproxy(t testing.TB, upstream string) *Toxiproxy {
 	t.Helper()
+	// Toxics log through loggers of their own, some at trace level for
+	// every chunk they pass; nothing else in a test binary uses zerolog.
+	zerolog.SetGlobalLevel(zerolog.Disabled)
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	p := toxiproxy.NewProxy(server, t.Name(), "127.0.0.1:0", upstream)
 	if err := p.Start(); err != nil {
