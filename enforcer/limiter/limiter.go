@@ -348,13 +348,13 @@ func (r *Redis) takeAcross(ctx context.Context, calls []*takeCall, n int, run ru
 		if took {
 			r.refundLater(calls)
 		}
-		return nil, err
+		return nil, fmt.Errorf("reserve on %d more cluster slots: %w", len(rest), err)
 	}
 	if err := firstErr(rest); err != nil {
 		if took {
 			r.refund(ctx, calls, run)
 		}
-		return nil, err
+		return nil, fmt.Errorf("reserve on %d more cluster slots: %w", len(rest), err)
 	}
 	ds := gather(calls, n)
 	if allowed(ds) {
