@@ -151,6 +151,17 @@ func runFault(t *testing.T, store engine.Store, fault func(), healed func(), set
 		t.Fatal(err)
 	}
 	eng.Apply(1, set)
+	// Warm: a loaded machine may miss the first dials' 50 ms.
+	warm := engine.Request{Domain: "api", Descriptors: []engine.Descriptor{{Entries: []rules.Entry{{Key: "open", Value: "warm"}}}}}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		res, err := eng.Check(context.Background(), warm)
+		if err == nil && res.StoreErr == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store not answering before the fault: %v %v", err, res.StoreErr)
+		}
+	}
 	stop := make(chan struct{})
 	var mu sync.Mutex
 	run := failoverRun{samples: map[string][]sample{}}
@@ -324,7 +335,11 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	store := newNodeStore(client)
 	var victim *testenv.RedisServer
-	run := runFailover(t, store, func() {
+	// 3 s to settle: on a loaded machine the client has taken up to 2 s
+	// after the cluster healed to route to the new master (a slot map
+	// reload per failed call, at most one per 200 ms, and the breaker's
+	// probes every 200 ms).
+	run := runFault(t, store, func() {
 		store.mu.Lock()
 		var key string
 		for k := range store.reqs {
@@ -343,7 +358,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		cl.WaitOK(15 * time.Second) // every live node sees the new master
-	})
+	}, 3*time.Second)
 	window, undecided := run.check(t)
 	lost, admitted := store.lost(t, client)
 	t.Logf("master %s killed: a replica took over %v after; window of errors %v (%d checks answered by their failure mode); %d of %d admitted hits lost",

@@ -385,6 +385,8 @@ func TestClusterSustained(t *testing.T) {
 			// after t0 (it was decided in between).
 			var admitted, refused, errs, lastStart, last atomic.Int64
 			var firstErr atomic.Value
+			var latMu sync.Mutex
+			var lat []time.Duration
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			var stop atomic.Bool
@@ -400,6 +402,10 @@ func TestClusterSustained(t *testing.T) {
 					for !stop.Load() {
 						began := int64(time.Since(t0))
 						ds, err := eng.store.Take(ctx, reqs)
+						took := time.Duration(int64(time.Since(t0)) - began)
+						latMu.Lock()
+						lat = append(lat, took)
+						latMu.Unlock()
 						switch {
 						case err != nil:
 							errs.Add(1)
@@ -435,11 +441,15 @@ func TestClusterSustained(t *testing.T) {
 			t.Logf("%v: admitted %.0f, refused %d; the global allows %.1f to %.1f (%.2f%% off the middle)", time.Duration(last.Load()).Round(time.Millisecond),
 				got, refused.Load(), lo, hi, 100*(got-(lo+hi)/2)/((lo+hi)/2))
 			// Below: 2%, or (a short run on a loaded machine) what the limit
-			// refills in 100 ms: a slot judges a Take at the time the first
-			// slot read, a round trip old (kept within 100 ms), which delays
-			// admissions by that much. Above: 2%, never more.
-			if got < lo-max(0.02*lo, rate/10) || got > hi*1.02 {
-				t.Errorf("admitted %.0f, want %.1f to %.1f (-max(2%%, %d), +2%%)", got, lo, hi, rate/10)
+			// refills in a slow Take (p99): a slot judges a Take at the time
+			// the first slot read, a round trip old, which delays admissions
+			// by that much. Above: 2%, never more.
+			slices.Sort(lat)
+			p99 := lat[len(lat)*99/100]
+			slack := max(0.02*lo, rate*p99.Seconds())
+			t.Logf("Take p50 %v, p99 %v", lat[len(lat)/2], p99)
+			if got < lo-slack || got > hi*1.02 {
+				t.Errorf("admitted %.0f, want %.1f to %.1f (-%.1f, +2%%)", got, lo, hi, slack)
 			}
 		})
 	}

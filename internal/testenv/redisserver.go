@@ -55,9 +55,12 @@ func FreePort(t testing.TB) int {
 func StartRedis(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
 	NeedCommands(t, "redis-server")
+	// repl-diskless-sync-delay 0: a master syncs a new replica at once
+	// rather than after Redis's default 5 s.
 	r := &RedisServer{t: t, args: append([]string{
 		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", t.TempDir(), "--protected-mode", "no", "--loglevel", "warning",
+		"--repl-diskless-sync-delay", "0",
 	}, extra...)}
 	for attempt := 0; ; attempt++ {
 		r.port = FreePort(t)
