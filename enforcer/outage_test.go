@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -34,6 +35,14 @@ descriptors:
 
 var discard = slog.New(slog.DiscardHandler)
 
+// TestMain keeps go-redis's own logging (a line per failed dial, which the
+// outage, failover and fault tests cause by the thousand) out of test
+// output.
+func TestMain(m *testing.M) {
+	limiter.SetLogger(discard)
+	os.Exit(m.Run())
+}
+
 // sample is one check made under load.
 type sample struct {
 	start   time.Time
@@ -44,8 +53,14 @@ type sample struct {
 	err     error
 }
 
-// load runs checks of key from workers goroutines until stop is closed.
+// load runs checks of key from workers goroutines until stop is closed,
+// each pausing 100 µs between checks.
 func load(eng *engine.Engine, key string, workers int, stop <-chan struct{}) []sample {
+	return loadPaced(eng, key, workers, 100*time.Microsecond, stop)
+}
+
+// loadPaced is load with each worker pausing pace between checks.
+func loadPaced(eng *engine.Engine, key string, workers int, pace time.Duration, stop <-chan struct{}) []sample {
 	var (
 		mu  sync.Mutex
 		all []sample
@@ -75,7 +90,7 @@ func load(eng *engine.Engine, key string, workers int, stop <-chan struct{}) []s
 				mine = append(mine, s)
 				// Paced, so the machine keeps idle CPU and latencies
 				// measure the checks, not the scheduler.
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(pace)
 			}
 		}()
 	}

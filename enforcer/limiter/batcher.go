@@ -44,7 +44,9 @@ type BatchOptions struct {
 	// longer than that even when Redis is frozen: without it, a Take queued
 	// behind a stuck round trip waited for that one's timeout, then for its
 	// own (twice the timeout). A Take whose time is up before its batch is
-	// sent is not sent.
+	// sent is not sent. A Take spanning Redis Cluster slots gets one
+	// Timeout for its reservations on every slot together, and, when one
+	// refused, one more for giving back what the others took.
 	Timeout time.Duration
 }
 
@@ -153,18 +155,25 @@ func (b *Batcher) Take(ctx context.Context, reqs []Request) ([]Decision, error) 
 	return ds, err
 }
 
-// run queues calls and waits for them, at most b.timeout from now in all.
+// run queues calls and waits for them, at most b.timeout from now in all,
+// or until the earliest deadline a call already carries (the later
+// reservations of a Take spanning slots carry the first one's).
 func (b *Batcher) run(ctx context.Context, calls []*takeCall) error {
 	deadline := time.Now().Add(b.timeout)
 	for _, c := range calls {
 		c.done = make(chan struct{})
+		if !c.deadline.IsZero() && c.deadline.Before(deadline) {
+			deadline = c.deadline
+		}
+	}
+	for _, c := range calls {
 		c.deadline = deadline
 	}
 	b.mu.Lock()
 	b.pending = append(b.pending, calls...)
 	b.dispatch()
 	b.mu.Unlock()
-	timer := time.NewTimer(b.timeout)
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for _, c := range calls {
 		select {

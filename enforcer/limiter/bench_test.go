@@ -167,3 +167,65 @@ func BenchmarkRedisBaseline(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClusterTakes measures Takes on a real three-master Redis Cluster
+// with 64 concurrent callers: of one limit (one slot: one script call), and
+// of a per-user and a global limit on different slots (reserve on the
+// first, then on the other at its time: two round trips), direct and
+// through a Batcher. Every request is allowed.
+//
+//	go test -run '^$' -bench BenchmarkClusterTakes -benchtime 20000x -count 3 ./enforcer/limiter/
+func BenchmarkClusterTakes(b *testing.B) {
+	c, err := NewClient(startCluster(b), WithTimeout(time.Second), WithDialTimeout(time.Second), WithPoolSize(benchCallers))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	r := NewRedis(c)
+	key := func(k, v string) string { return Key("bench:", "d", []rules.Entry{{Key: k, Value: v}}) }
+	global := Request{Key: key("global", "g"), Limit: 1 << 40, Period: time.Second, Hits: 1}
+	for _, s := range []struct {
+		name  string
+		store Store
+	}{{"direct", r}, {"batcher", NewBatcher(r, BatchOptions{OverLimitEntries: -1, Timeout: time.Second})}} {
+		for _, slots := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%dslot/%s", slots, s.name), func(b *testing.B) {
+				var seq atomic.Int64
+				var mu sync.Mutex
+				lat := make([]time.Duration, 0, b.N)
+				b.SetParallelism(max(1, benchCallers/runtime.GOMAXPROCS(0)))
+				b.ResetTimer()
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					mine := make([]time.Duration, 0, 1024)
+					for pb.Next() {
+						user := Request{Key: key("user", strconv.Itoa(int(seq.Add(1))%10_000)), Limit: 6000, Period: time.Minute, Hits: 1}
+						reqs := []Request{user}
+						if slots == 2 {
+							reqs = append(reqs, global)
+						}
+						t0 := time.Now()
+						ds, err := s.store.Take(context.Background(), reqs)
+						mine = append(mine, time.Since(t0))
+						if err != nil || !allowed(ds) {
+							b.Errorf("Take: %v %v", ds, err)
+							return
+						}
+					}
+					mu.Lock()
+					lat = append(lat, mine...)
+					mu.Unlock()
+				})
+				elapsed := time.Since(start)
+				b.StopTimer()
+				if len(lat) == 0 {
+					return
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "takes/s")
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			})
+		}
+	}
+}

@@ -61,6 +61,18 @@ var ErrInvalidURL = errors.New("invalid redis url")
 //	redis+cluster://[user:pass@]host1:port1,host2:port2   Redis Cluster
 //	redis://[user:pass@]host1:port1,host2:port2           Redis Cluster
 //	rediss+cluster://... or rediss://h1:p1,h2:p2          Redis Cluster over TLS
+//	redis+sentinel://[[user]:pass@]s1:p1[,s2:p2...]/MASTER[/db]   Sentinel
+//	rediss+sentinel://...                                 Sentinel, TLS to every node
+//
+// A Sentinel URL lists the sentinels' addresses (any number, comma-
+// separated) and the name of the master they monitor; db defaults to 0. The
+// userinfo is the master's (and its replicas') credentials, as in a
+// redis:// URL. Sentinels that require a password of their own take it from
+// the query parameters sentinel_password (and sentinel_username, with ACLs).
+// The client (go-redis's failover client) asks the sentinels for the
+// master's address, follows a failover when they announce it and closes its
+// connections to the old master; commands in flight during the switch fail
+// (no retries), and the rule's failure mode answers them.
 //
 // Unless raw's query parameters (go-redis names: read_timeout, dial_timeout,
 // max_retries, pool_size, protocol, ...) or opts say otherwise, the client
@@ -79,6 +91,19 @@ func NewClient(raw string, opts ...ClientOption) (redis.UniversalClient, error) 
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
 		return nil, fmt.Errorf("%w: empty", ErrInvalidURL)
+	}
+
+	if failoverURL, ok, err := sentinelForm(raw); err != nil {
+		return nil, err
+	} else if ok {
+		o, err := redis.ParseFailoverURL(failoverURL)
+		if err != nil {
+			return nil, invalid(err)
+		}
+		cfg.apply(&o.ReadTimeout, &o.WriteTimeout, &o.DialTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries, &o.PoolSize)
+		o.Protocol = protocol(o.Protocol)
+		o.ContextTimeoutEnabled = true
+		return redis.NewFailoverClient(o), nil
 	}
 
 	clusterURL, isCluster, err := clusterForm(raw)
@@ -226,6 +251,88 @@ func clusterForm(raw string) (string, bool, error) {
 		u += "?" + enc
 	}
 	return u, true, nil
+}
+
+// sentinelForm reports whether raw is a redis+sentinel:// (or
+// rediss+sentinel://) URL and, if so, rewrites it into the form
+// redis.ParseFailoverURL reads: the first sentinel as host with the
+// sentinels' credentials, the others as addr, the master's name as
+// master_name and its credentials as username and password.
+func sentinelForm(raw string) (string, bool, error) {
+	scheme, rest, ok := strings.Cut(raw, "+sentinel://")
+	if !ok {
+		return "", false, nil
+	}
+	if scheme != "redis" && scheme != "rediss" {
+		return "", false, fmt.Errorf("%w: unknown scheme %q", ErrInvalidURL, scheme+"+sentinel")
+	}
+	rest, query, _ := strings.Cut(rest, "?")
+	authority, path, _ := strings.Cut(rest, "/")
+	var user, pass string
+	var hasPass bool
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		userinfo := authority[:i]
+		authority = authority[i+1:]
+		u, p, colon := strings.Cut(userinfo, ":")
+		var err1, err2 error
+		user, err1 = url.PathUnescape(u)
+		pass, err2 = url.PathUnescape(p)
+		if err1 != nil || err2 != nil {
+			return "", false, fmt.Errorf("%w: malformed userinfo", ErrInvalidURL)
+		}
+		hasPass = colon
+	}
+	var sentinels []string
+	for s := range strings.SplitSeq(authority, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if h, p, err := net.SplitHostPort(s); err != nil || h == "" || !validPort(p) {
+			return "", false, fmt.Errorf("%w: sentinel %q is not host:port", ErrInvalidURL, s)
+		}
+		sentinels = append(sentinels, s)
+	}
+	if len(sentinels) == 0 {
+		return "", false, fmt.Errorf("%w: no sentinel addresses", ErrInvalidURL)
+	}
+	master, db, _ := strings.Cut(path, "/")
+	master, err := url.PathUnescape(master)
+	if err != nil || master == "" {
+		return "", false, fmt.Errorf("%w: sentinel URL needs the master name as its path (redis+sentinel://host:port/MASTER)", ErrInvalidURL)
+	}
+	if db == "" {
+		db = "0"
+	}
+	if n, err := strconv.Atoi(db); err != nil || n < 0 {
+		return "", false, fmt.Errorf("%w: database %q is not a number", ErrInvalidURL, db)
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", false, invalid(err)
+	}
+	for _, k := range []string{"master_name", "addr", "username", "password", "db"} {
+		if q.Has(k) {
+			return "", false, fmt.Errorf("%w: %s is set by the URL itself, not a query parameter", ErrInvalidURL, k)
+		}
+	}
+	sentinelAuth := ""
+	if q.Has("sentinel_password") || q.Has("sentinel_username") {
+		sentinelAuth = url.UserPassword(q.Get("sentinel_username"), q.Get("sentinel_password")).String() + "@"
+		q.Del("sentinel_username")
+		q.Del("sentinel_password")
+	}
+	q.Set("master_name", master)
+	for _, s := range sentinels[1:] {
+		q.Add("addr", s)
+	}
+	if user != "" {
+		q.Set("username", user)
+	}
+	if hasPass {
+		q.Set("password", pass)
+	}
+	return scheme + "://" + sentinelAuth + sentinels[0] + "/" + db + "?" + q.Encode(), true, nil
 }
 
 // SetLogger sends go-redis's own log lines (dial failures, pool events), which

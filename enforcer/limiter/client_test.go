@@ -106,6 +106,55 @@ func TestNewClientCluster(t *testing.T) {
 	}
 }
 
+func TestNewClientSentinel(t *testing.T) {
+	tests := []struct {
+		name                       string
+		url                        string
+		sentinels                  []string
+		master                     string
+		db                         int
+		user, pass                 string
+		sentinelUser, sentinelPass string
+		tls                        bool
+		readTimeout                time.Duration
+	}{
+		{"one sentinel", "redis+sentinel://s1:26379/mymaster", []string{"s1:26379"}, "mymaster", 0, "", "", "", "", false, DefaultTimeout},
+		{"three, db, password", "redis+sentinel://:p%40ss@s1:26379,s2:26380,[::1]:26381/mymaster/3", []string{"s1:26379", "s2:26380", "[::1]:26381"}, "mymaster", 3, "", "p@ss", "", "", false, DefaultTimeout},
+		{"user and sentinel auth", "redis+sentinel://u:p@s1:1/m?sentinel_password=sp&sentinel_username=su&read_timeout=20ms", []string{"s1:1"}, "m", 0, "u", "p", "su", "sp", false, 20 * time.Millisecond},
+		{"tls", "rediss+sentinel://s1:1,s2:2/m/0", []string{"s1:1", "s2:2"}, "m", 0, "", "", "", "", true, DefaultTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			form, ok, err := sentinelForm(tt.url)
+			if err != nil || !ok {
+				t.Fatalf("sentinelForm(%q) = %v, %v", tt.url, ok, err)
+			}
+			o, err := redis.ParseFailoverURL(form)
+			if err != nil {
+				t.Fatalf("ParseFailoverURL(%q): %v", form, err)
+			}
+			if !slices.Equal(o.SentinelAddrs, tt.sentinels) || o.MasterName != tt.master || o.DB != tt.db ||
+				o.Username != tt.user || o.Password != tt.pass || o.SentinelUsername != tt.sentinelUser ||
+				o.SentinelPassword != tt.sentinelPass || (o.TLSConfig != nil) != tt.tls {
+				t.Errorf("got sentinels %v master %q db %d user %q pass %q sentinel %q/%q tls %v", o.SentinelAddrs, o.MasterName, o.DB,
+					o.Username, o.Password, o.SentinelUsername, o.SentinelPassword, o.TLSConfig != nil)
+			}
+			uc, err := NewClient(tt.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer uc.Close()
+			c, ok := uc.(*redis.Client)
+			if !ok {
+				t.Fatalf("NewClient returned %T, want a failover *redis.Client", uc)
+			}
+			if got := c.Options(); got.ReadTimeout != tt.readTimeout || got.DialTimeout != DefaultDialTimeout || got.MaxRetries != 0 || got.Protocol != 2 {
+				t.Errorf("read %v dial %v MaxRetries %d protocol %d, want request-path defaults", got.ReadTimeout, got.DialTimeout, got.MaxRetries, got.Protocol)
+			}
+		})
+	}
+}
+
 func TestNewClientInvalid(t *testing.T) {
 	for _, raw := range []string{
 		"",
@@ -116,12 +165,20 @@ func TestNewClientInvalid(t *testing.T) {
 		"redis+cluster://h1:7000/3",
 		"h1,h2:7000",
 		"redis+cluster://h1:7000?read_timeout=%zz",
+		"redis+sentinel://s1:26379",
+		"redis+sentinel://s1:26379/",
+		"redis+sentinel:///m",
+		"redis+sentinel://s1/m",
+		"redis+sentinel://s1:1/m/x",
+		"redis+sentinel://s1:1/m?master_name=other",
+		"redis+sentinel://s1:1/m?no_such_option=1",
+		"foo+sentinel://s1:1/m",
 	} {
 		if c, err := NewClient(raw); !errors.Is(err, ErrInvalidURL) {
 			t.Errorf("NewClient(%q) = %v, %v; want ErrInvalidURL", raw, c, err)
 		}
 	}
-	for _, raw := range []string{"redis://u:s3cret@h:port", "redis+cluster://u:s3cret@h:1,h:port"} {
+	for _, raw := range []string{"redis://u:s3cret@h:port", "redis+cluster://u:s3cret@h:1,h:port", "redis+sentinel://u:s3cret@h:port/m", "redis+sentinel://u:s3cret@h:1/m?x=1"} {
 		_, err := NewClient(raw)
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("NewClient(%q) error %v: want an error without the password", raw, err)

@@ -87,6 +87,13 @@ function M.decide(_, st, now, limit, period, _, hits, cal, _, force)
 	local count = 0
 	if st.start == start then
 		count = st.count
+	elseif st.start ~= nil and st.start > now then
+		-- The state is of a later window than now says: a Take judged at a
+		-- time another node read (a Redis Cluster Take spanning slots) may
+		-- be behind this key's last writer. Count in the later window
+		-- rather than overwrite it.
+		start, stop = window(st.start, period, cal)
+		count = st.count
 	end
 	local rem0, reset0 = limit - count, stop - now
 	local allowed, retry = count + hits <= limit, 0
@@ -99,6 +106,16 @@ function M.decide(_, st, now, limit, period, _, hits, cal, _, force)
 		return allowed, retry, 0, rem0, reset0, { start = start, count = count + hits, stop = stop }, limit - count - hits, reset0
 	end
 	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
+end
+
+-- refund takes hits off the count of now's window (exact), if the state is
+-- still that window's.
+function M.refund(_, st, now, _, period, _, hits, cal)
+	local start, stop = window(now, period, cal)
+	if st.start ~= start then
+		return nil
+	end
+	return { start = start, count = math.max(st.count - hits, 0), stop = stop }
 end
 
 function M.store(key, st, now)

@@ -66,4 +66,8 @@ end
 -- bucket's store, which does the same with the time its bucket is full.
 M.store = algorithm("tb").store
 
+-- refund takes the hits' water back out: the token bucket's refund, with
+-- the same bound.
+M.refund = algorithm("tb").refund
+
 return M

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -508,14 +509,31 @@ func TestDecodeMalformed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := decode(tt.reply, call(), 1); !errors.Is(err, errMalformedReply) {
+			if err := decode(tt.reply, call(), 1, false); !errors.Is(err, errMalformedReply) {
+				t.Errorf("decode: got %v, want errMalformedReply", err)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		name  string
+		reply any
+	}{
+		{"time missing", []any{i(1), i(0), i(0), i(0), i(0)}},
+		{"time not an integer", []any{i(1), i(0), i(0), i(0), i(0), "1"}},
+		{"time not positive", []any{i(1), i(0), i(0), i(0), i(0), i(0)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := decode(tt.reply, call(), 1, true); !errors.Is(err, errMalformedReply) {
 				t.Errorf("decode: got %v, want errMalformedReply", err)
 			}
 		})
 	}
 	calls := call()
-	if err := decode([]any{i(0), i(3), i(1 << 62), i(-5), i(-1)}, calls, 1); err != nil {
+	if err := decode([]any{i(0), i(3), i(1 << 62), i(-5), i(-1), i(7)}, calls, 1, true); err != nil {
 		t.Fatalf("decode: %v", err)
+	}
+	if calls[0].now != 7 {
+		t.Errorf("now = %d, want 7", calls[0].now)
 	}
 	d := calls[0].ds[0]
 	if d.ResetAfter != maxMicros*time.Microsecond || d.RetryAfter != 0 || d.Delay != 0 || d.Remaining != 1 {
@@ -553,7 +571,8 @@ func TestScriptArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := i(1, 1, 500_000, 0, 0, 1, 0, 1_000_000, 0, 0, 0, 0, 1_000_000, 500_000, 0)
+	// A fixed time ("N") comes back after the decisions.
+	want := i(1, 1, 500_000, 0, 0, 1, 0, 1_000_000, 0, 0, 0, 0, 1_000_000, 500_000, 0, t0)
 	if !slices.Equal(got, want) {
 		t.Errorf("three Takes: got %v, want %v", got, want)
 	}
@@ -563,9 +582,63 @@ func TestScriptArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = i(1, 0, 1_000_000, 0, 0, 0, 0, 1_000_000, 1_000_000, 0)
+	want = i(1, 0, 1_000_000, 0, 0, 0, 0, 1_000_000, 1_000_000, 0, t0)
 	if !slices.Equal(got, want) {
 		t.Errorf("check of two requests: got %v, want %v", got, want)
+	}
+	// A refund of one hit, then of two requests (a peek, which reports the
+	// bucket as it finds it, and a hit): the bucket is full again.
+	got, err = run([]string{key}, "r1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = i(1, 1, 500_000, 0, 0, t0)
+	if !slices.Equal(got, want) {
+		t.Errorf("refund of one hit: got %v, want %v", got, want)
+	}
+	got, err = run([]string{key, key}, "r2", "1:0", "1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = i(1, 1, 500_000, 0, 0, 1, 2, 0, 0, 0, t0)
+	if !slices.Equal(got, want) {
+		t.Errorf("refund of two requests: got %v, want %v", got, want)
+	}
+	// The clocks: "" and "?" read TIME ("" reports nothing), "~N" keeps N
+	// within 100 ms of TIME.
+	clockRun := func(clock string) []any {
+		t.Helper()
+		v, err := takeScript.Run(ctx, c, []string{key}, clock, 1, "tb", 2, 1_000_000, 2, 0, 0, "c1:1").Result()
+		if err != nil {
+			t.Fatalf("clock %q: %v", clock, err)
+		}
+		return v.([]any)
+	}
+	if got := clockRun(""); len(got) != 5 {
+		t.Errorf(`clock "": %d values, want 5`, len(got))
+	}
+	tm, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := tm.UnixMicro()
+	for _, tt := range []struct {
+		clock    string
+		lo, high int64 // bounds of the time used
+	}{
+		{"?", own, own + 5_000_000},
+		{"~" + strconv.FormatInt(own+20_000, 10), own + 20_000, own + 20_000},
+		{"~1", own - 100_000, own + 5_000_000 - 100_000},
+		{"~" + strconv.FormatInt(own+time.Hour.Microseconds(), 10), own + 100_000, own + 5_000_000 + 100_000},
+	} {
+		got := clockRun(tt.clock)
+		if len(got) != 6 {
+			t.Errorf("clock %q: %d values, want 6", tt.clock, len(got))
+			continue
+		}
+		if now := got[5].(int64); now < tt.lo || now > tt.high {
+			t.Errorf("clock %q: time used %d, want in [%d, %d]", tt.clock, now, tt.lo, tt.high)
+		}
 	}
 	for _, bad := range [][]any{{"t1:x"}, {"x1:1"}, {"t:1"}, {"t1:"}, {"t2", "1:1", "x"}, {"t2", "1:1"}} {
 		if got, err := run([]string{key, key}, bad...); err == nil {

@@ -104,6 +104,7 @@ const (
 // invocation is one script call deciding one or more takeCalls, all on one
 // hash slot.
 type invocation struct {
+	clock  string // ARGV[1]: see takeCall.clock
 	calls  []*takeCall
 	keys   []string
 	limits []limitParams // distinct limits, numbered from 1 in the script
@@ -129,6 +130,9 @@ type limitParams struct {
 // for a Take of one request, else "<mode><count>" and "<j>:<hits>" per
 // request.
 func (inv *invocation) add(c *takeCall) {
+	if len(inv.calls) == 0 || c.clock == clockReport {
+		inv.clock = c.clock // "" and "?" share calls; the others are alone
+	}
 	inv.calls = append(inv.calls, c)
 	if len(c.specs) == 1 {
 		s := c.specs[0]
@@ -181,14 +185,30 @@ func (inv *invocation) limitNumber(s spec) int {
 	return i
 }
 
-// args returns the script's ARGV.
+// args returns the script's ARGV, with now as ARGV[1] when set (tests'
+// clock), else the invocation's clock.
 func (inv *invocation) args(now string) []any {
 	args := make([]any, 0, 2+6*len(inv.limits)+len(inv.takes))
-	args = append(args, now, len(inv.limits))
+	args = append(args, inv.arg1(now), len(inv.limits))
 	for _, p := range inv.limits {
 		args = append(args, p.code, p.limit, p.period, p.capacity, p.calendar, p.maxDelay)
 	}
 	return append(args, inv.takes...)
+}
+
+// arg1 is the script's ARGV[1]: the call's clock, or the tests' fixed time
+// in place of Redis TIME.
+func (inv *invocation) arg1(now string) string {
+	if now != "" && (inv.clock == "" || inv.clock == clockReport) {
+		return now
+	}
+	return inv.clock
+}
+
+// clockKey is how exec finds the open invocation of a slot and clock.
+type clockKey struct {
+	slot  int
+	clock string
 }
 
 // exec runs calls, one script call each, or, with pack, one script call per
@@ -200,17 +220,33 @@ func (r *Redis) exec(ctx context.Context, calls []*takeCall, pack bool) {
 		now = strconv.FormatInt(r.now(), 10)
 	}
 	var invs []*invocation
-	var open map[int]*invocation // slot → invocation still taking calls
+	var open map[int]*invocation        // slot → invocation on Redis's clock still taking calls
+	var openAt map[clockKey]*invocation // the same on a given clock (rare)
 	if pack && len(calls) > 1 {
 		open = make(map[int]*invocation)
 	}
 	for _, c := range calls {
-		inv := open[c.slot]
+		var inv *invocation
+		timed := c.clock != "" && c.clock != clockReport
+		switch {
+		case open == nil:
+		case !timed:
+			inv = open[c.slot]
+		case openAt != nil:
+			inv = openAt[clockKey{c.slot, c.clock}]
+		}
 		if inv == nil || len(inv.calls) >= maxTakesPerScript || inv.n+len(c.specs) > maxRequestsPerScript {
 			inv = &invocation{}
 			invs = append(invs, inv)
-			if open != nil {
+			switch {
+			case open == nil:
+			case !timed:
 				open[c.slot] = inv
+			default:
+				if openAt == nil {
+					openAt = make(map[clockKey]*invocation)
+				}
+				openAt[clockKey{c.slot, c.clock}] = inv
 			}
 		}
 		inv.add(c)
@@ -240,16 +276,22 @@ func (r *Redis) exec(ctx context.Context, calls []*takeCall, pack bool) {
 		invs = append(slices.DeleteFunc(invs, func(inv *invocation) bool { return inv == nil }), alone...)
 	}
 
+	reloaded := false
 	for _, inv := range invs {
 		reply, err := inv.cmd.Result()
 		if err != nil {
+			var rerr redis.Error
+			if r.cluster != nil && !reloaded && !errors.As(err, &rerr) {
+				r.cluster.ReloadState(ctx) // see NewRedis
+				reloaded = true
+			}
 			err = fmt.Errorf("run limiter script: %w", err)
 			for _, c := range inv.calls {
 				c.ds, c.err = nil, err
 			}
 			continue
 		}
-		if err := decode(reply, inv.calls, inv.n); err != nil {
+		if err := decode(reply, inv.calls, inv.n, inv.arg1(now) != ""); err != nil {
 			err = fmt.Errorf("decode limiter script reply: %w", err)
 			for _, c := range inv.calls {
 				c.ds, c.err = nil, err
@@ -302,15 +344,27 @@ var errMalformedReply = errors.New("malformed limiter script reply")
 
 // decode turns the script's flat integer reply (valuesPerRequest per request
 // of every call, in order: allowed, remaining, reset_after µs, retry_after
-// µs, delay µs) into each call's decisions. It is the only place that
-// interprets the reply.
-func decode(reply any, calls []*takeCall, n int) error {
+// µs, delay µs; then, withNow, the time used) into each call's decisions
+// (and now). It is the only place that interprets the reply.
+func decode(reply any, calls []*takeCall, n int, withNow bool) error {
 	vals, ok := reply.([]any)
 	if !ok {
 		return fmt.Errorf("%w: got %T, want an array", errMalformedReply, reply)
 	}
-	if len(vals) != valuesPerRequest*n {
-		return fmt.Errorf("%w: got %d values, want %d", errMalformedReply, len(vals), valuesPerRequest*n)
+	want := valuesPerRequest * n
+	if withNow {
+		want++
+	}
+	if len(vals) != want {
+		return fmt.Errorf("%w: got %d values, want %d", errMalformedReply, len(vals), want)
+	}
+	var now int64
+	if withNow {
+		t, ok := vals[want-1].(int64)
+		if !ok || t <= 0 {
+			return fmt.Errorf("%w: time %v", errMalformedReply, vals[want-1])
+		}
+		now = t
 	}
 	at := 0
 	for _, c := range calls {
@@ -337,7 +391,7 @@ func decode(reply any, calls []*takeCall, n int) error {
 				Delay:      micros(v[4]),
 			}
 		}
-		c.ds = ds
+		c.ds, c.now = ds, now
 	}
 	return nil
 }

@@ -41,6 +41,10 @@ function M.decide(_, st, now, limit, period, _, hits, _, _, force)
 		cur, prev = st.cur, st.prev
 	elseif st.start == start - period then
 		prev = st.cur
+	elseif st.start ~= nil and st.start > now then
+		-- A later window than now says (see fixed_window.lua): judge in it,
+		-- at its start, rather than overwrite it.
+		start, elapsed, cur, prev = st.start, 0, st.cur, st.prev
 	end
 	local estimate = prev * (period - elapsed) / period + cur
 	local rem0, reset0 = limit - estimate, clear(start, period, cur, prev, now)
@@ -73,6 +77,18 @@ function M.decide(_, st, now, limit, period, _, hits, _, _, force)
 			limit - estimate - hits, start + 2 * period - now
 	end
 	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
+end
+
+-- refund takes hits off the window they were counted in (exact): the
+-- current one, or the previous one when the state has moved on a window.
+function M.refund(_, st, now, _, period, _, hits)
+	local start = now - now % period
+	if st.start == start then
+		return { start = start, cur = math.max(st.cur - hits, 0), prev = st.prev }
+	elseif st.start == start + period then
+		return { start = st.start, cur = st.cur, prev = math.max(st.prev - hits, 0) }
+	end
+	return nil
 end
 
 function M.store(key, st, now, period)

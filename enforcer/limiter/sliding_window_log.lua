@@ -84,10 +84,21 @@ function M.decide(key, st, now, limit, period, _, hits, _, _, force)
 		end
 	end
 	if hits > 0 and (allowed or force) then
-		return allowed, retry, 0, rem0, reset0, { base = st.base, period = st.period, added = st.added + hits, newest = now, at_now = st.at_now },
+		return allowed, retry, 0, rem0, reset0, { base = st.base, period = st.period, added = st.added + hits, newest = now, at_now = st.at_now, removed = st.removed },
 			limit - count - hits, period
 	end
 	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
+end
+
+-- refund unlogs hits logged at now (the refunded Take's time): first those
+-- this call added and has not written, then, at store, the highest-numbered
+-- logged at now, so numbers at now stay 1..n. Hits at one time are
+-- interchangeable, so this is exact.
+function M.refund(_, st, _, _, _, _, hits)
+	local undo = math.min(st.added, hits)
+	local removed = hits - undo -- store removes at most what is logged at now
+	return { base = math.max(st.base - removed, 0), period = st.period, added = st.added - undo, newest = st.newest,
+		at_now = st.at_now, removed = (st.removed or 0) + removed }
 end
 
 function M.store(key, st, now, period)
@@ -95,7 +106,16 @@ function M.store(key, st, now, period)
 	redis.call("ZREMRANGEBYSCORE", key, "-inf", us(now - period))
 	local t = us(now)
 	local seq = 0
-	if st.at_now then
+	if st.removed and st.removed > 0 then
+		local c = redis.call("ZCOUNT", key, t, t)
+		for i = c, math.max(c - st.removed + 1, 1), -1 do
+			redis.call("ZREM", key, t .. "-" .. us(i))
+		end
+	end
+	-- Hits may be logged at now when the newest is at now, or later (a
+	-- Take judged at another node's time, which may be behind this key's
+	-- last writer), or after a refund.
+	if st.at_now or (st.newest ~= nil and st.newest > now) or st.removed then
 		seq = redis.call("ZCOUNT", key, t, t)
 	end
 	local args = {}

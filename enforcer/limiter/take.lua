@@ -19,7 +19,12 @@
 --                      (hits > 0) and is allowed (or force is set), else nil;
 --         rem, reset   remaining and reset after the request (= rem0, reset0
 --                      when state is nil);
---   store(key, st, now, period)  writes state st back, with a TTL.
+--   store(key, st, now, period)  writes state st back, with a TTL;
+--   refund(key, st, now, limit, period, cap, hits, cal)  returns the state
+--       st would be had a Take of hits at now (this call's time, the
+--       Take's) not been committed, or nil when there is nothing to give
+--       back (the state moved on past it: the window ended, the bucket
+--       refilled).
 -- Nothing is written until every Take of the call is decided, and each dirty
 -- key is written once.
 --
@@ -31,8 +36,16 @@
 -- table is made per request; library functions are locals.
 --
 -- KEYS       one state key per request, in order (a key may repeat).
--- ARGV[1]    "" to take the time from Redis TIME; otherwise a time in µs that
---            overrides it (tests only: production never sets it).
+-- ARGV[1]    the clock of the call:
+--              ""   the time from Redis TIME (nearly every call);
+--              "?"  the time from TIME, returned after the decisions (the
+--                   first call of a Take spanning Redis Cluster slots);
+--              "~N" N µs, the time the first call of the Take read on its
+--                   node, kept within MAX_SKEW of this node's TIME (the
+--                   other calls of that Take: one "now" for the whole Take);
+--              "N"  exactly N µs (refunds, which run at their take's time,
+--                   and tests).
+--            Every form but "" appends the time used to the reply.
 -- ARGV[2]    the number S of distinct limits in the call, then six values per
 --            limit: algorithm code, limit, period (µs), capacity (burst of a
 --            bucket, limit of a window), calendar (0 none, 1 day, 2 week,
@@ -47,16 +60,20 @@
 --   where mode is
 --     "t": take: commit only if every request is allowed;
 --     "c": check: decide, never commit (a dry run);
---     "f": force: commit every request, allowed or not (the second phase of
---          a Take spanning Redis Cluster slots, whose check already passed);
+--     "f": force: commit every request, allowed or not;
+--     "r": refund: give back the hits a "t" Take of these requests took at
+--          this call's time (ARGV[1] "N", the time that Take used), when
+--          another slot of the same Redis Cluster Take refused; reports
+--          each limit as the refund leaves it;
 --   j is the request's limit number (1..S) and hits its hits (0 = peek).
 --   (One argument rather than four per Take: Redis spends about as much on
 --   each argument, parsing it and handing it to Lua, as the script spends
 --   deciding; and a call repeats a few distinct arguments, so each is
 --   parsed once per call.)
 -- Returns    five integers per request: allowed (1|0), remaining,
---            reset_after (µs), retry_after (µs), delay (µs). Rounding and
---            clamping happen here, once.
+--            reset_after (µs), retry_after (µs), delay (µs), then the time
+--            used (µs) unless ARGV[1] is "". Rounding and clamping happen
+--            here, once.
 
 -- Redis < 5 replicates scripts verbatim, which forbids writes after TIME;
 -- newer servers replicate effects anyway (the call is a no-op there).
@@ -67,12 +84,27 @@ end
 local KEYS, ARGV, tonumber, floor, ceil = KEYS, ARGV, tonumber, math.floor, math.ceil
 local MAX_US = 9000000000000000 -- ~285 years: fits int64 ns in Go and a double exactly
 
+-- MAX_SKEW bounds how far a Take's shared time ("~N") may be from this
+-- node's own clock: masters' clocks agree within milliseconds under NTP,
+-- and the call follows the first one by about a round trip.
+local MAX_SKEW = 100000 -- µs
+
+local clock = ARGV[1]
 local now
-if ARGV[1] ~= "" then
-	now = tonumber(ARGV[1])
-else
+if clock == "" or clock == "?" then
 	local t = redis.call("TIME")
 	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+elseif string.byte(clock) == 126 then -- "~"
+	local t = redis.call("TIME")
+	local own = tonumber(t[1]) * 1000000 + tonumber(t[2])
+	now = tonumber(string.sub(clock, 2))
+	if now == nil or now < own - MAX_SKEW then
+		now = own - MAX_SKEW
+	elseif now > own + MAX_SKEW then
+		now = own + MAX_SKEW
+	end
+else
+	now = tonumber(clock)
 end
 
 -- The limits of this call: limit j's algorithm, limit, period, capacity,
@@ -164,7 +196,7 @@ local function parse(tok)
 		T_mode, T_j, T_hits, T_count = {}, {}, {}, {}
 	end
 	local m, from = sub(tok, 1, 1), 2
-	if m ~= "t" and m ~= "c" and m ~= "f" then
+	if m ~= "t" and m ~= "c" and m ~= "f" and m ~= "r" then
 		m, from = nil, 1
 	end
 	local colon = find(tok, ":", from, true)
@@ -182,6 +214,27 @@ local function parse(tok)
 		end
 	end
 	error("sluice limiter: malformed argument " .. tostring(tok))
+end
+
+-- refund gives back hits of limit j on key (mode "r") and emits the limit
+-- as the refund leaves it.
+local function refund(key, j, hits)
+	local b = 6 * j
+	local ralg, rlimit, rperiod, rcap, rcal, rmd = L[b - 5], L[b - 4], L[b - 3], L[b - 2], L[b - 1], L[b]
+	local st = states[key]
+	if st == nil then
+		st = ralg.load(key, now, rperiod)
+		states[key] = st
+	end
+	if hits > 0 then
+		local state = ralg.refund(key, st, now, rlimit, rperiod, rcap, hits, rcal)
+		if state ~= nil then
+			keep(key, state, j)
+			st = state
+		end
+	end
+	local _, _, _, rem0, reset0 = ralg.decide(key, st, now, rlimit, rperiod, rcap, 0, rcal, rmd, false)
+	emit(1, rem0, reset0, 0, 0, rcap)
 end
 
 local k = 1
@@ -206,7 +259,21 @@ while a <= nargv do
 		end
 	end
 	local force = tmode == "f"
-	if tj ~= nil then
+	if tmode == "r" then
+		if tj ~= nil then
+			refund(KEYS[k], tj, thits)
+			k = k + 1
+		else
+			for _ = 1, tcount do
+				local rt = ARGV[a]
+				if T_j[rt] == nil then
+					parse(rt)
+				end
+				refund(KEYS[k], T_j[rt], T_hits[rt])
+				k, a = k + 1, a + 1
+			end
+		end
+	elseif tj ~= nil then
 		-- One request: what the general loop below does, without its
 		-- scratch array (it commits iff the request is allowed, or forced).
 		local key = KEYS[k]
@@ -310,5 +377,8 @@ for i = 1, ndirty do
 	local key = dirty[i]
 	local l = 6 * dirty[key]
 	L[l - 5].store(key, states[key], now, L[l - 3])
+end
+if clock ~= "" then
+	out[n + 1] = now
 end
 return out

@@ -55,6 +55,18 @@ function M.decide(_, tat, now, limit, period, cap, hits, _, _, force)
 	return allowed, retry, 0, rem0, reset0, nil, rem0, reset0
 end
 
+-- refund moves TAT back by the hits' increment. Exact when the bucket was
+-- not full when they were taken, or when nothing was taken from it since;
+-- otherwise (it was full, and a later Take counted from the reserved TAT
+-- rather than from its own, later, now) it gives back up to the refill of
+-- the time between the two Takes too, at most the refunded hits.
+function M.refund(_, tat, _, limit, period, _, hits)
+	if not tat then
+		return nil
+	end
+	return tat - period / limit * hits
+end
+
 function M.store(key, tat, now)
 	-- Expire when the bucket is full again; at least 1 ms.
 	local ttl = ceil((tat - now) / 1000)

@@ -19,6 +19,7 @@ import (
 type RedisServer struct {
 	t    testing.TB
 	port int
+	conf string // config file, first argument (a sentinel's, which it rewrites)
 	args []string
 
 	log  syncBuffer // the server's stdout and stderr
@@ -54,9 +55,12 @@ func FreePort(t testing.TB) int {
 func StartRedis(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
 	NeedCommands(t, "redis-server")
+	// repl-diskless-sync-delay 0: a master syncs a new replica at once
+	// rather than after Redis's default 5 s.
 	r := &RedisServer{t: t, args: append([]string{
 		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", t.TempDir(), "--protected-mode", "no", "--loglevel", "warning",
+		"--repl-diskless-sync-delay", "0",
 	}, extra...)}
 	for attempt := 0; ; attempt++ {
 		r.port = FreePort(t)
@@ -116,10 +120,28 @@ func (r *RedisServer) Signal(s syscall.Signal) {
 	}
 }
 
+// Running reports whether the server process is running (not Stopped).
+func (r *RedisServer) Running() bool { return r.cmd != nil }
+
+// CLI runs redis-cli against the server with args and returns its output
+// (an error's text, when it fails: the caller checks for what it expects).
+func (r *RedisServer) CLI(args ...string) string {
+	out, err := exec.Command("redis-cli", append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(r.port)}, args...)...).CombinedOutput()
+	if err != nil {
+		return err.Error() + ": " + string(out)
+	}
+	return string(out)
+}
+
 // launch runs the server on r.port and waits until it answers PING.
 func (r *RedisServer) launch() error {
 	r.log.reset()
-	r.cmd = exec.Command("redis-server", append([]string{"--port", strconv.Itoa(r.port)}, r.args...)...)
+	var args []string
+	if r.conf != "" {
+		args = append(args, r.conf)
+	}
+	args = append(append(args, "--port", strconv.Itoa(r.port)), r.args...)
+	r.cmd = exec.Command("redis-server", args...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.log, &r.log
 	if err := r.cmd.Start(); err != nil {
 		return err
