@@ -256,6 +256,8 @@ type Engine struct {
 	shardSeq     atomic.Uint64
 	stats        stats // per-rule counts for the console (TakeStats)
 	noStats      bool  // WithoutStats
+
+	leases *leases // WithLeases (lease.go)
 }
 
 // Option changes a setting of New.
@@ -308,6 +310,7 @@ func (e *Engine) Apply(version int64, set *rules.Set) error {
 		domains[d] = true
 	}
 	e.current.Store(&ruleset{version: version, set: set, domains: domains})
+	e.leases.changed(set)
 	return nil
 }
 
@@ -463,7 +466,7 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		return res, nil
 	}
 
-	if err := e.decide(ctx, false, &res, reqs, idx); err != nil {
+	if err := e.decideLeased(ctx, &res, reqs, idx, req.Descriptors, req.Shape); err != nil {
 		res.StoreErr = err
 		e.failureModes(ctx, &res, reqs, idx, adj)
 	}

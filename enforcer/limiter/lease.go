@@ -1,8 +1,8 @@
 package limiter
 
 import (
-	_ "embed" // lease.lua
 	"context"
+	_ "embed" // lease.lua
 	"errors"
 	"fmt"
 	"strconv"
@@ -57,6 +57,10 @@ type Grant struct {
 	// epoch and stop (µs of Redis TIME) name that window for Return.
 	epoch, stop int64
 }
+
+// SameWindow reports whether g and o count in the same window (always, for
+// a bucket).
+func (g Grant) SameWindow(o Grant) bool { return g.epoch == o.epoch && g.stop == o.stop }
 
 // Lease takes a lease for req's limit (its Hits are ignored): at most want
 // units and at most floor(remaining / (2·nodes)), and nothing when the
