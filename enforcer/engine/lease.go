@@ -43,12 +43,13 @@ package engine
 // bucket may admit, in one instant, its burst plus what nodes took in the
 // last two lifetimes and not yet spent, while its rate over any longer
 // interval is unchanged). Under the limit by at most: a node is refused (R
-// below its hits) while other nodes hold unspent leased units, at most
-// 1.25·R'/2 in all where R' is what remained when the oldest live lease was
-// granted (each grant takes at most 1/(2N) of what the earlier ones left),
-// and in practice what those nodes use in one lifetime; those units are
-// spent, or returned within one lifetime. What is unspent when a window ends
-// is lost with that window (those requests are then under-admitted in it).
+// below its hits, in Redis) while each other node holds at most its last
+// two grants' unspent units, each grant at most R/(2N) of the R left when
+// it was made and at most what that node used of the key in one lifetime;
+// those units are spent, or back in Redis, within one lifetime. So a node
+// that uses its lease cannot starve another for longer than a lifetime, and
+// an idle one holds little. What is unspent when a window ends is lost with
+// that window (the window under-admits by it).
 //
 // All-or-nothing holds across a request's limits: the leased ones are
 // reserved locally first; if the request's other limits (asked from Redis

@@ -105,14 +105,17 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	rdb := limiter.NewRedis(client)
 	n := &Node{
 		id:     cfg.NodeID,
 		client: client,
 		ping:   func(ctx context.Context) error { return limiter.Ping(ctx, client) },
 		// The Batcher pipelines and coalesces the node's concurrent Takes
 		// and answers limits known to be over from its cache. Its Timeout
-		// bounds a check's whole wait, queueing included.
-		Engine: NewEngine(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{Timeout: cfg.StoreTimeout}), cfg.KeyPrefix, log),
+		// bounds a check's whole wait, queueing included. Lease: true
+		// limits are served from local leases on hot keys.
+		Engine: NewEngine(limiter.NewBatcher(rdb, limiter.BatchOptions{Timeout: cfg.StoreTimeout}), cfg.KeyPrefix, log,
+			engine.WithLeases(rdb, engine.LeaseOptions{Timeout: cfg.StoreTimeout})),
 	}
 	n.Subscriber, err = subscriber.New(subscriber.Config{
 		ConsoleURL: cfg.ConsoleURL,
@@ -154,7 +157,7 @@ func New(cfg Config) (*Node, error) {
 // Failure_mode: local limits are counted by a limiter.Local meanwhile; the
 // subscriber's SetNodeCount (the snapshot's node_count) gives it this
 // node's share.
-func NewEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engine {
+func NewEngine(store engine.Store, prefix string, log *slog.Logger, opts ...engine.Option) *engine.Engine {
 	brk := breaker.New(breaker.Config{
 		Hard: engine.StoreDown,
 		OnChange: func(from, to breaker.State) {
@@ -168,7 +171,8 @@ func NewEngine(store engine.Store, prefix string, log *slog.Logger) *engine.Engi
 			}
 		},
 	})
-	return engine.New(store, prefix, engine.WithBreaker(brk), engine.WithLocal(limiter.NewLocal(limiter.LocalOptions{})))
+	opts = append([]engine.Option{engine.WithBreaker(brk), engine.WithLocal(limiter.NewLocal(limiter.LocalOptions{}))}, opts...)
+	return engine.New(store, prefix, opts...)
 }
 
 // register adds the node's metrics to reg.
@@ -197,5 +201,12 @@ func (n *Node) Run(ctx context.Context) error { return n.Subscriber.Run(ctx) }
 // Ping reports whether Redis answers (for /readyz).
 func (n *Node) Ping(ctx context.Context) error { return n.ping(ctx) }
 
-// Close releases the Redis connections. Call it after Run has returned.
-func (n *Node) Close() error { return n.client.Close() }
+// Close returns the engine's unused leased units to Redis (for up to a
+// second) and releases the Redis connections. Call it after Run has
+// returned and the servers have stopped.
+func (n *Node) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = n.Engine.Close(ctx) // what is not returned is lost: under-admission, never over
+	cancel()
+	return n.client.Close()
+}
