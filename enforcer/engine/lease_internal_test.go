@@ -42,7 +42,7 @@ descriptors:
 // leases, on the Redis at url under prefix.
 func leaseEngine(t testing.TB, url, prefix string, o LeaseOptions) *Engine {
 	t.Helper()
-	client, err := limiter.NewClient(url, limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(url, limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
