@@ -199,12 +199,15 @@ type lease struct {
 
 const rateInterval = 100 * time.Millisecond
 
-// held is one limit of a request admitted from a lease, not yet final.
+// held is one limit of a request admitted from a lease, not yet final,
+// with what its status reports (as of the grant the hits came from).
 type held struct {
-	l    *lease
-	gen  uint64
-	hits int64
-	i    int // status index
+	l          *lease
+	gen        uint64
+	hits       int64
+	i          int // status index
+	remaining  int64
+	resetAfter time.Duration
 }
 
 // decideLeased is decide for a check's store requests (reqs, of statuses
@@ -236,11 +239,12 @@ func (e *Engine) decideLeased(ctx context.Context, res *Result, reqs []limiter.R
 		if le == nil {
 			continue
 		}
-		if gen, ok := le.reserve(ls, now, r.Hits); ok {
+		if h, ok := le.reserve(ls, now, r.Hits); ok {
 			if hs == nil {
 				hs = make([]held, 0, len(reqs))
 			}
-			hs = append(hs, held{le, gen, r.Hits, i})
+			h.i = i
+			hs = append(hs, h)
 		}
 	}
 	if len(hs) == 0 {
@@ -270,7 +274,7 @@ func (e *Engine) decideLeased(ctx context.Context, res *Result, reqs []limiter.R
 	for _, h := range hs {
 		s := &res.Statuses[h.i]
 		s.Code, s.RetryAfter, s.Delay = OK, 0, 0
-		s.Remaining, s.ResetAfter = h.l.report(now)
+		s.Remaining, s.ResetAfter = h.remaining, h.resetAfter
 	}
 	if res.Code != OverLimit {
 		ls.admitted.Add(1)
@@ -325,8 +329,9 @@ func (ls *leases) sweep() {
 
 // reserve takes hits from the lease if it holds them, and starts a refill
 // when it runs low on a hot key. It returns the lease generation the hits
-// came from.
-func (le *lease) reserve(ls *leases, now time.Time, hits int64) (uint64, bool) {
+// came from and what the check reports: Redis's remaining after that grant
+// plus what is left of it, and the time to the limit's reset.
+func (le *lease) reserve(ls *leases, now time.Time, hits int64) (held, bool) {
 	le.mu.Lock()
 	le.last = now
 	le.hits += hits
@@ -338,10 +343,11 @@ func (le *lease) reserve(ls *leases, now time.Time, hits int64) (uint64, bool) {
 	}
 	live := !le.dead && now.Before(le.expires)
 	ok := live && le.units >= hits
+	h := held{l: le, gen: le.gen, hits: hits}
 	if ok {
 		le.units -= hits
+		h.remaining, h.resetAfter = le.remaining+le.units, max(le.resetAt.Sub(now), 0)
 	}
-	gen := le.gen
 	fetch := !le.dead && !le.fetching && (!live || le.units < le.want/4 || le.units < hits) &&
 		!now.Before(le.retryAt) && (ls.opts.MinRate < 0 || le.rate >= ls.opts.MinRate)
 	if fetch {
@@ -352,7 +358,7 @@ func (le *lease) reserve(ls *leases, now time.Time, hits int64) (uint64, bool) {
 	if fetch {
 		go ls.refill(le, rate)
 	}
-	return gen, ok
+	return h, ok
 }
 
 // release puts reserved hits back, if the lease they came from is still
@@ -363,13 +369,6 @@ func (le *lease) release(gen uint64, hits int64) {
 		le.units += hits
 	}
 	le.mu.Unlock()
-}
-
-// report is what a check admitted from the lease tells the client.
-func (le *lease) report(now time.Time) (remaining int64, resetAfter time.Duration) {
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	return le.remaining + le.units, max(le.resetAt.Sub(now), 0)
 }
 
 // lifetime is how long a grant for l's period may serve.
