@@ -221,7 +221,6 @@ func (e *Engine) decideLeased(ctx context.Context, res *Result, reqs []limiter.R
 	}
 	var (
 		hs   []held
-		now  time.Time
 		rest []limiter.Request
 		ridx []int
 	)
@@ -232,14 +231,11 @@ func (e *Engine) decideLeased(ctx context.Context, res *Result, reqs []limiter.R
 			(shape && l.OnLimit.Action == rules.Delay) || !limiter.Leasable(r) {
 			continue
 		}
-		if now.IsZero() {
-			now = time.Now()
-		}
 		le := ls.get(r, res.Statuses[i].Limit, descs[i].Entries)
 		if le == nil {
 			continue
 		}
-		if h, ok := le.reserve(ls, now, r.Hits); ok {
+		if h, ok := le.reserve(ls, r.Hits); ok {
 			if hs == nil {
 				hs = make([]held, 0, len(reqs))
 			}
@@ -331,8 +327,11 @@ func (ls *leases) sweep() {
 // when it runs low on a hot key. It returns the lease generation the hits
 // came from and what the check reports: Redis's remaining after that grant
 // plus what is left of it, and the time to the limit's reset.
-func (le *lease) reserve(ls *leases, now time.Time, hits int64) (held, bool) {
+func (le *lease) reserve(ls *leases, hits int64) (held, bool) {
 	le.mu.Lock()
+	// The time is read under the lock: read before it, it could be from
+	// before the lease expired, however long the wait for the lock.
+	now := time.Now()
 	le.last = now
 	le.hits += hits
 	if le.rateStart.IsZero() {
