@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/checkserver"
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -31,12 +32,13 @@ func (floorService) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*
 
 // BenchmarkGRPCCheck is the node's gRPC check path in one process, to
 // profile what the node spends beyond the transport: the real Server over
-// loopback with an engine counting in process (limiter.Local, so no Redis
-// in the profile), beside the floor (the same gRPC server answering a fixed
+// loopback with an engine counting in process ("node": limiter.Local, so no
+// Redis in the profile) or in Redis through a Batcher as a node does
+// ("node-redis"), beside the floor (the same gRPC server answering a fixed
 // status). Run with -cpuprofile and compare the node's frames with the
 // floor's.
 func BenchmarkGRPCCheck(b *testing.B) {
-	for _, name := range []string{"floor", "node"} {
+	for _, name := range []string{"floor", "node", "node-redis"} {
 		b.Run(name, func(b *testing.B) {
 			g := grpc.NewServer(grpc.NumStreamWorkers(256))
 			if name == "floor" {
@@ -50,7 +52,16 @@ func BenchmarkGRPCCheck(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				eng := engine.New(limiter.NewLocal(limiter.LocalOptions{}), "bench:")
+				var store engine.Store = limiter.NewLocal(limiter.LocalOptions{})
+				if name == "node-redis" {
+					client, err := limiter.NewClient(testenv.RedisURL(b))
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { client.Close() })
+					store = limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{})
+				}
+				eng := engine.New(store, testenv.KeyPrefix(b))
 				if err := eng.Apply(1, set); err != nil {
 					b.Fatal(err)
 				}
