@@ -426,9 +426,9 @@ func (ls *leases) refill(le *lease, rate float64) {
 	le.grant, le.want = g, want
 	le.remaining, le.resetAt = g.Remaining, sent.Add(g.ResetAfter)
 	le.gen++
-	gen := le.gen
+	gen, left := le.gen, max(le.expires.Sub(now), 0)
 	le.mu.Unlock()
-	time.AfterFunc(max(le.expires.Sub(now), 0), func() { ls.expire(le, gen) })
+	time.AfterFunc(left, func() { ls.expire(le, gen) })
 }
 
 // expire returns what is left of grant generation gen when it expires

@@ -236,22 +236,30 @@ func TestLeaseAllOrNothing(t *testing.T) {
 }
 
 // TestLeaseReturn: the unused units of a lease go back to Redis on Close
-// and when the lease expires.
+// and when the lease expires, for every algorithm that leases.
 func TestLeaseReturn(t *testing.T) {
 	url := testenv.RedisURL(t)
 	for _, tc := range []struct {
 		name string
+		alg  rules.Algorithm
 		life time.Duration
-	}{{"close", time.Minute}, {"expiry", 50 * time.Millisecond}} {
+	}{
+		{"close/fixed_window", rules.FixedWindow, time.Minute},
+		{"close/sliding_window_counter", rules.SlidingWindowCounter, time.Minute},
+		{"close/token_bucket", rules.TokenBucket, time.Minute},
+		{"close/leaky_bucket", rules.LeakyBucket, time.Minute},
+		{"expiry/fixed_window", rules.FixedWindow, 50 * time.Millisecond},
+		{"expiry/token_bucket", rules.TokenBucket, 50 * time.Millisecond},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := testenv.KeyPrefix(t)
-			set := leaseRules(t, rules.FixedWindow, 1000, "")
+			set := leaseRules(t, tc.alg, 1000, "")
 			e := leaseEngine(t, url, prefix, LeaseOptions{Units: 100, MaxLifetime: tc.life})
 			if err := e.Apply(1, set); err != nil {
 				t.Fatal(err)
 			}
 			_, admitted, units := leaseOf(t, e, "x")
-			if tc.name == "close" {
+			if tc.life == time.Minute {
 				if u := used(t, url, prefix, set, "x"); u != admitted+units {
 					t.Errorf("Redis counted %d with a lease held, want %d admitted + %d leased", u, admitted, units)
 				}
