@@ -19,8 +19,9 @@ package engine
 // never refuse) and not a caller's limit override.
 //
 // When: the rule opts in, and the key is hot on this node: at least
-// LeaseOptions.MinRate checks per second (default 100), measured per key
-// over 100 ms.
+// LeaseOptions.MinRate checks per second (default 100), measured over 100 ms
+// first in a fixed array of 4,096 counters the keys hash into (so a rule
+// with many cold keys tracks none of them), then per key.
 //
 // How much and how long, with N the console's node count and R the limit's
 // remaining when the lease is asked for (Redis computes both in the grant):
@@ -56,8 +57,9 @@ package engine
 // in one Take) refuse it, or Redis fails, the reservations go back into the
 // leases and nothing was consumed.
 //
-// Rule changes: Apply returns, asynchronously, the leases of every limit
-// the new ruleset changes or removes (and checks stop using them at once);
+// Rule changes: Apply retires the leases of every limit the new ruleset
+// changes or removes (no check spends them after Apply returns, except one
+// that had reserved before it) and returns their units asynchronously;
 // the leases of unchanged limits keep serving. Close returns every lease
 // (graceful shutdown).
 //
@@ -71,6 +73,7 @@ package engine
 
 import (
 	"context"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
@@ -125,6 +128,7 @@ func WithLeases(r *limiter.Redis, o LeaseOptions) Option {
 			o.Timeout = limiter.DefaultTimeout
 		}
 		e.leases = &leases{e: e, redis: r, opts: o, m: map[leaseKey]*lease{}}
+		e.leases.heat.seed = maphash.MakeSeed()
 	}
 }
 
@@ -155,8 +159,37 @@ type leases struct {
 	granted  atomic.Int64
 	closed   atomic.Bool
 
-	mu sync.RWMutex
-	m  map[leaseKey]*lease
+	heat heat // which keys not tracked yet are hot
+
+	mu        sync.RWMutex
+	m         map[leaseKey]*lease
+	lastSweep time.Time
+}
+
+// heat counts checks per key in a fixed array of slots (keys hash into
+// them) per rateInterval, so that a key gets a lease entry only once it
+// is seen at MinRate: a rule with many cold keys costs a check one hash
+// and one atomic add, not a map entry per key.
+type heat struct {
+	seed  maphash.Seed
+	slots [4096]atomic.Uint64 // interval number << 32 | hits in it
+}
+
+// hot adds hits to key's slot and reports whether the slot has seen at
+// least rate per second in the current interval.
+func (h *heat) hot(key string, hits int64, now time.Time, rate float64) bool {
+	s := &h.slots[maphash.String(h.seed, key)%uint64(len(h.slots))]
+	iv := uint64(now.UnixNano()/int64(rateInterval)) & math.MaxUint32
+	for {
+		v := s.Load()
+		n := uint64(min(max(hits, 0), math.MaxUint32))
+		if v>>32 == iv {
+			n = min(v&math.MaxUint32+n, math.MaxUint32)
+		}
+		if s.CompareAndSwap(v, iv<<32|n) {
+			return float64(n) >= rate*rateInterval.Seconds()
+		}
+	}
 }
 
 // leaseKey is a limit's state key with its counting parameters: a rule
@@ -288,12 +321,20 @@ func (ls *leases) get(r limiter.Request, l *rules.Limit, entries []rules.Entry) 
 	if le != nil {
 		return le
 	}
+	now := time.Now()
+	if ls.opts.MinRate >= 0 && !ls.heat.hot(r.Key, r.Hits, now, ls.opts.MinRate) {
+		return nil // not hot: Redis decides, and nothing is tracked
+	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if le = ls.m[k]; le != nil {
 		return le
 	}
 	if len(ls.m) >= ls.opts.MaxKeys {
+		if now.Sub(ls.lastSweep) < time.Second {
+			return nil
+		}
+		ls.lastSweep = now
 		ls.sweep()
 		if len(ls.m) >= ls.opts.MaxKeys {
 			return nil
@@ -459,14 +500,20 @@ func (ls *leases) giveBack(le *lease, g limiter.Grant, units int64) {
 
 // drop takes le out of service and returns what it holds.
 func (ls *leases) drop(ctx context.Context, le *lease) {
+	if g, units := le.retire(); units > 0 {
+		_, _ = ls.redis.Return(ctx, le.req, g, units)
+	}
+}
+
+// retire takes le out of service at once and returns what it held, to be
+// given back.
+func (le *lease) retire() (limiter.Grant, int64) {
 	le.mu.Lock()
+	defer le.mu.Unlock()
 	units, g := le.units, le.grant // expired or not: its timer will see dead
 	le.units, le.dead = 0, true
 	le.gen++
-	le.mu.Unlock()
-	if units > 0 {
-		_, _ = ls.redis.Return(ctx, le.req, g, units)
-	}
+	return g, units
 }
 
 // changed retires the leases whose limit set no longer applies as it was
@@ -475,13 +522,20 @@ func (ls *leases) changed(set *rules.Set) {
 	if ls == nil {
 		return
 	}
-	var gone []*lease
+	type back struct {
+		le    *lease
+		g     limiter.Grant
+		units int64
+	}
+	var gone []back
 	ls.mu.Lock()
 	for k, le := range ls.m {
 		nl := set.Match(le.domain, le.entries)
 		if nl == nil || !sameCounting(nl, &le.rule) {
-			gone = append(gone, le)
 			delete(ls.m, k)
+			if g, units := le.retire(); units > 0 {
+				gone = append(gone, back{le, g, units})
+			}
 		}
 	}
 	ls.mu.Unlock()
@@ -489,9 +543,9 @@ func (ls *leases) changed(set *rules.Set) {
 		return
 	}
 	go func() {
-		for _, le := range gone {
+		for _, b := range gone {
 			ctx, cancel := context.WithTimeout(context.Background(), ls.opts.Timeout)
-			ls.drop(ctx, le)
+			_, _ = ls.redis.Return(ctx, b.le.req, b.g, b.units)
 			cancel()
 		}
 	}()

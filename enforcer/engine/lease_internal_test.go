@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -349,5 +350,24 @@ func TestLeaseRedisOutage(t *testing.T) {
 	}
 	if res.Code != OverLimit || res.StoreErr == nil || !res.Statuses[0].StoreFailed {
 		t.Errorf("check after the lease is spent: %+v, want OVER_LIMIT by failure_mode closed", res)
+	}
+}
+
+// TestLeaseHeat: a key's slot is hot once it has seen MinRate per second
+// within one interval; a new interval starts from zero.
+func TestLeaseHeat(t *testing.T) {
+	h := heat{seed: maphash.MakeSeed()}
+	t0 := time.Unix(1000, 0)
+	const rate = 100 // 10 per 100 ms interval
+	for i := range 9 {
+		if h.hot("k", 1, t0, rate) {
+			t.Fatalf("hot after %d hits, want 10", i+1)
+		}
+	}
+	if !h.hot("k", 1, t0.Add(50*time.Millisecond), rate) {
+		t.Errorf("not hot after 10 hits in an interval")
+	}
+	if h.hot("k", 1, t0.Add(rateInterval), rate) {
+		t.Errorf("hot at the first hit of a new interval")
 	}
 }
