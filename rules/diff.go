@@ -258,6 +258,7 @@ func limitFields(l *Limit) []FieldChange {
 		FieldChange{Field: "burst", After: num(l.Burst)},
 		FieldChange{Field: "calendar", After: flag(l.Calendar)},
 		FieldChange{Field: "shards", After: num(l.Shards)},
+		FieldChange{Field: "lease", After: flag(l.Lease)},
 		FieldChange{Field: "failure_mode", After: string(l.FailureMode)},
 		FieldChange{Field: "on_limit.action", After: string(l.OnLimit.Action)},
 		FieldChange{Field: "on_limit.max_delay", After: maxDelay},

@@ -231,6 +231,8 @@ func descriptorNode(d *Descriptor) *yaml.Node {
 			if d.Shards != 0 {
 				m.add(f, intNode(int64(d.Shards)))
 			}
+		case "lease":
+			m.flag(f, d.Lease)
 		case "failure_mode":
 			if d.FailureMode != "" {
 				m.add(f, textNode(string(d.FailureMode)))

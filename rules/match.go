@@ -41,6 +41,8 @@ type Limit struct {
 	// at least 1; the enforcer splits the limit between them.
 	Shards  uint32
 	OnLimit OnLimit // Action and Status resolved (Reject, DefaultStatus)
+	// Lease lets enforcers serve the limit from local leases.
+	Lease bool
 	// Replaces names the limits this one replaces when both apply to one
 	// request; the engine drops those.
 	Replaces []string
@@ -245,6 +247,7 @@ func newLimit(domain string, def Algorithm, name string, d *Descriptor, path []L
 		FailureMode:     cmp.Or(d.FailureMode, FailOpen),
 		Calendar:        d.Calendar,
 		Shards:          max(d.Shards, 1),
+		Lease:           d.Lease,
 		OnLimit:         OnLimit{Action: Reject, Status: DefaultStatus},
 		Replaces:        slices.Clone(rl.Replaces),
 	}

@@ -268,6 +268,9 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 	if v := f["shards"]; !isNull(v) {
 		d.Shards = uint32(p.whole(v, join(path, "shards"), "shards", 1, MaxShards))
 	}
+	if v := f["lease"]; !isNull(v) {
+		d.Lease, _ = p.boolean(v, join(path, "lease"), "lease")
+	}
 	if v := f["failure_mode"]; !isNull(v) {
 		d.FailureMode = FailureMode(p.text(v, join(path, "failure_mode"), "failure_mode"))
 	}

@@ -87,6 +87,8 @@ var objects = []*object{
 				doc: "fixed_window only: count days, weeks, months and years in UTC calendar windows (a month resets on the 1st) instead of rolling periods."},
 			{name: "shards", kind: intKind, min: 1, max: MaxShards,
 				doc: "Spread this limit's hot counters over this many store keys (default 1)."},
+			{name: "lease", kind: boolKind,
+				doc: "Let enforcers take part of a hot limit's remaining quota and decide locally until it is spent (not for sliding_window_log)."},
 			{name: "failure_mode", kind: enumKind, enum: strs(failureModes),
 				doc: "The answer when the counter store is unreachable: open allows (default), closed rejects, local counts in the node's memory."},
 			{name: "on_limit", kind: objectKind, ref: "on_limit", doc: "What happens to a request over the limit (default: reject with 429)."},

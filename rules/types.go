@@ -146,6 +146,9 @@ type Descriptor struct {
 	Shards      uint32      // 0 means 1: spread a hot counter over this many keys
 	FailureMode FailureMode // "" means FailOpen
 	OnLimit     *OnLimit    // nil means reject with DefaultStatus
+	// Lease lets an enforcer take part of the limit's remaining quota and
+	// decide locally (enforcer/engine's leases); not for sliding_window_log.
+	Lease bool
 
 	Descriptors []Descriptor
 }

@@ -316,6 +316,16 @@ func (c *checker) extensions(d *Descriptor, path string) {
 	if d.OnLimit != nil {
 		c.onLimit(d, algo, rpu, join(path, "on_limit"))
 	}
+	if d.Lease {
+		switch {
+		case algo == SlidingWindowLog:
+			c.fail(join(path, "lease"), "sliding_window_log cannot be leased (it logs every request where it is counted); use sliding_window_counter")
+		case algo == LeakyBucket && d.OnLimit != nil && d.OnLimit.Action == Delay:
+			c.fail(join(path, "lease"), "a leaky_bucket that delays cannot be leased (every request needs its own place in the queue)")
+		case rpu == 0:
+			c.fail(join(path, "lease"), "a limit of 0 requests_per_unit rejects every request; there is nothing to lease")
+		}
+	}
 }
 
 // defaultNote says where a descriptor's algorithm comes from when it names
@@ -344,6 +354,7 @@ func extensionsSet(d *Descriptor) []string {
 	add(d.Shards != 0, "shards")
 	add(d.FailureMode != "", "failure_mode")
 	add(d.OnLimit != nil, "on_limit")
+	add(d.Lease, "lease")
 	return set
 }
 

@@ -90,8 +90,20 @@ func toHeaders(res engine.Result) []*corev3.HeaderValue {
 	if len(fields) == 0 {
 		return nil
 	}
-	out := make([]*corev3.HeaderValue, len(fields))
-	vals := make([]corev3.HeaderValue, len(fields))
+	// The pointers and the values in one allocation (up to six headers).
+	var (
+		out  []*corev3.HeaderValue
+		vals []corev3.HeaderValue
+	)
+	if len(fields) <= len(buf) {
+		all := new(struct {
+			ptrs [len(buf)]*corev3.HeaderValue
+			vals [len(buf)]corev3.HeaderValue
+		})
+		out, vals = all.ptrs[:len(fields)], all.vals[:len(fields)]
+	} else {
+		out, vals = make([]*corev3.HeaderValue, len(fields)), make([]corev3.HeaderValue, len(fields))
+	}
 	for i, f := range fields {
 		vals[i].Key, vals[i].Value = f.Name, f.Value
 		out[i] = &vals[i]
@@ -106,15 +118,26 @@ func toHeaders(res engine.Result) []*corev3.HeaderValue {
 // the path name that stats use by default is not sent).
 func toResponse(res engine.Result) *rlsv3.RateLimitResponse {
 	// The messages of all statuses come from a few arrays, not one
-	// allocation each: this runs for every check.
+	// allocation each: this runs for every check. A check of one
+	// descriptor (most are) gets all of them in one allocation.
 	n := len(res.Statuses)
-	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
-	limits := make([]rlsv3.RateLimitResponse_RateLimit, n)
-	resets := make([]durationpb.Duration, n)
-	out := &rlsv3.RateLimitResponse{
-		OverallCode: toCode(res.Code),
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	var (
+		out      *rlsv3.RateLimitResponse
+		statuses []rlsv3.RateLimitResponse_DescriptorStatus
+		limits   []rlsv3.RateLimitResponse_RateLimit
+		resets   []durationpb.Duration
+	)
+	if n == 1 {
+		one := new(oneStatus)
+		out, statuses, limits, resets = &one.resp, one.status[:], one.limit[:], one.reset[:]
+		out.Statuses = one.ptr[:]
+	} else {
+		out = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+		limits = make([]rlsv3.RateLimitResponse_RateLimit, n)
+		resets = make([]durationpb.Duration, n)
 	}
+	out.OverallCode = toCode(res.Code)
 	for i, s := range res.Statuses {
 		st := &statuses[i]
 		st.Code = toCode(s.Code)
@@ -139,6 +162,16 @@ func toResponse(res engine.Result) *rlsv3.RateLimitResponse {
 		out.Statuses[i] = st
 	}
 	return out
+}
+
+// oneStatus holds a one-descriptor response and its parts, allocated
+// together.
+type oneStatus struct {
+	resp   rlsv3.RateLimitResponse
+	ptr    [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status [1]rlsv3.RateLimitResponse_DescriptorStatus
+	limit  [1]rlsv3.RateLimitResponse_RateLimit
+	reset  [1]durationpb.Duration
 }
 
 func toCode(c engine.Code) rlsv3.RateLimitResponse_Code {

@@ -46,6 +46,20 @@
 // cannot make the breaker open and switch every other caller's checks to
 // their failure modes. Light checks alone tell the breaker whether the
 // store is down; a heavy Take that succeeds still counts as a success.
+//
+// # Leases
+//
+// A limit whose rule sets lease: true may be served from local leases on a
+// hot key (WithLeases; the full statement is in lease.go): the node takes
+// part of the remaining quota R in one script call, consumed in Redis up
+// front, admits against it locally and returns what it did not use. With N
+// nodes, a grant is at most R/(2N), none when R < capacity/10, and lives at
+// most min(period/10, 1 s), never past its window: the fleet never admits
+// above a window's limit, and a node is refused while units sit in other
+// nodes' leases for at most one lifetime. An unexpired lease keeps serving
+// through a Redis outage; the failure mode applies once it is spent.
+// token_bucket, policing leaky_bucket, fixed_window and
+// sliding_window_counter; never sliding_window_log.
 package engine
 
 import (
@@ -265,7 +279,8 @@ type Engine struct {
 	stats        stats // per-rule counts for the console (TakeStats)
 	noStats      bool  // WithoutStats
 
-	quota quotas // quota usage for billing (quota.go)
+	quota  quotas  // quota usage for billing (quota.go)
+	leases *leases // WithLeases (lease.go)
 }
 
 // Option changes a setting of New.
@@ -319,6 +334,7 @@ func (e *Engine) Apply(version int64, set *rules.Set) error {
 		domains[d] = true
 	}
 	e.current.Store(&ruleset{version: version, set: set, domains: domains})
+	e.leases.changed(set)
 	return nil
 }
 
@@ -480,7 +496,7 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		// A blocking limit rejected: consume nothing, but say what remains
 		// of the others, as Lyft does.
 		e.peek(ctx, &res, reqs, idx, idx)
-	} else if err := e.decide(ctx, false, &res, reqs, idx); err != nil {
+	} else if err := e.decideLeased(ctx, &res, reqs, idx, req.Descriptors, req.Shape); err != nil {
 		res.StoreErr = err
 		e.failureModes(ctx, &res, reqs, idx, adj)
 	} else if res.Code == OverLimit {

@@ -62,14 +62,15 @@ var algorithms = map[rules.Algorithm]algorithmInfo{
 // valuesPerRequest is the number of integers take.lua returns per request.
 const valuesPerRequest = 5
 
-var takeScript = redis.NewScript(assemble())
+var takeScript = redis.NewScript(assemble(takeLua))
 
-// assemble builds the script source: each algorithm file wrapped in a
+// assemble builds a script source: each algorithm file wrapped in a
 // function (so its locals stay its own) that algorithm(code) calls to build
-// its module on first use in a call, then the driver. Building only the
+// its module on first use in a call, then the driver (take.lua, or
+// lease.lua for the lease script). Building only the
 // algorithms a call uses matters: the script body runs on every call, and an
 // if-chain over locals creates no closure or table for the ones it skips.
-func assemble() string {
+func assemble(driver string) string {
 	// Sorted, so every node runs a byte-identical script (one SHA in the cache).
 	codes := make([]string, 0, len(algorithms))
 	byCode := map[string]string{}
@@ -89,7 +90,7 @@ func assemble() string {
 			kw, code, code, code, byCode[code], code)
 	}
 	b.WriteString("\tend\n\treturn nil\nend\n")
-	b.WriteString(takeLua)
+	b.WriteString(driver)
 	return b.String()
 }
 

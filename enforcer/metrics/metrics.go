@@ -179,11 +179,11 @@ func (m *Metrics) Observe(transport string, req *engine.Request, res *engine.Res
 	if !hasDomain {
 		domain = UnknownDomain
 	}
-	m.decisions.WithLabelValues(domain, res.Code.String()).Inc()
+	cache := m.cache(res.Version)
+	cache.decision(m, domain, res.Code).Inc()
 	if res.StoreErr != nil {
 		m.storeErrors.Inc()
 	}
-	cache := m.cache(res.Version)
 	for i, s := range res.Statuses {
 		if s.Limit == nil || s.Limit.Unlimited {
 			continue
@@ -241,6 +241,31 @@ func result(s engine.Status, overall engine.Code) int {
 type ruleCache struct {
 	version int64
 	limits  sync.Map // ruleKey → *ruleCounters
+	// domains holds the decisions counters of the ruleset's domains (and
+	// UnknownDomain), OK and OverLimit: label lookups cost a check more
+	// than the rest of Observe.
+	domains sync.Map // domain → *[2]prometheus.Counter
+}
+
+// decision returns the decisions counter of domain and code.
+func (c *ruleCache) decision(m *Metrics, domain string, code engine.Code) prometheus.Counter {
+	i := 0
+	switch code {
+	case engine.OK:
+	case engine.OverLimit:
+		i = 1
+	default:
+		return m.decisions.WithLabelValues(domain, code.String())
+	}
+	if cs, ok := c.domains.Load(domain); ok {
+		return cs.(*[2]prometheus.Counter)[i]
+	}
+	cs := &[2]prometheus.Counter{
+		m.decisions.WithLabelValues(domain, engine.OK.String()),
+		m.decisions.WithLabelValues(domain, engine.OverLimit.String()),
+	}
+	actual, _ := c.domains.LoadOrStore(domain, cs)
+	return actual.(*[2]prometheus.Counter)[i]
 }
 
 // ruleKey names a rule's series. Limits are keyed by name, not pointer: a

@@ -122,7 +122,9 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	var opts []engine.Option
+	rdb := limiter.NewRedis(client)
+	// Lease: true limits are served from local leases on hot keys.
+	opts := []engine.Option{engine.WithLeases(rdb, engine.LeaseOptions{Timeout: cfg.StoreTimeout})}
 	if cfg.RulesDir != "" {
 		opts = append(opts, engine.WithoutStats()) // no console to send them to
 	}
@@ -133,7 +135,7 @@ func New(cfg Config) (*Node, error) {
 		// The Batcher pipelines and coalesces the node's concurrent Takes
 		// and answers limits known to be over from its cache. Its Timeout
 		// bounds a check's whole wait, queueing included.
-		Engine: NewEngine(limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{Timeout: cfg.StoreTimeout}), cfg.KeyPrefix, log, opts...),
+		Engine: NewEngine(limiter.NewBatcher(rdb, limiter.BatchOptions{Timeout: cfg.StoreTimeout}), cfg.KeyPrefix, log, opts...),
 	}
 	if cfg.RulesDir != "" {
 		if err := n.fileMode(cfg, log); err != nil {
@@ -259,5 +261,12 @@ func (n *Node) Run(ctx context.Context) error {
 // Ping reports whether Redis answers (for /readyz).
 func (n *Node) Ping(ctx context.Context) error { return n.ping(ctx) }
 
-// Close releases the Redis connections. Call it after Run has returned.
-func (n *Node) Close() error { return n.client.Close() }
+// Close returns the engine's unused leased units to Redis (for up to a
+// second) and releases the Redis connections. Call it after Run has
+// returned and the servers have stopped.
+func (n *Node) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = n.Engine.Close(ctx) // what is not returned is lost: under-admission, never over
+	cancel()
+	return n.client.Close()
+}

@@ -23,6 +23,9 @@
 # answers every check OK without rules or Redis: the least CPU per check a
 # server built that way can spend.
 #
+# LEASE=1 also runs a second enforcer, "sluice+lease", whose limit sets
+# lease: true (local leases for hot keys), measured beside the first.
+#
 # PIN=1 runs the servers and Redis on CPU 0 and every load generator
 # (sluice bench, h2load, redis-benchmark) on the other CPUs, with taskset:
 # the load generator then takes no CPU from what it measures, and each Go
@@ -46,6 +49,7 @@ TRANSPORTS=${TRANSPORTS:-"grpc http"}
 LYFT_BIN=${LYFT_BIN:-}
 FLOOR=${FLOOR:-1}
 PIN=${PIN:-0}
+LEASE=${LEASE:-0}
 H2LOAD=${H2LOAD-$(command -v h2load || true)}
 # Binaries given by relative paths stay found from the repository's root,
 # where the script builds what it needs.
@@ -83,11 +87,11 @@ if [[ $FLOOR == 1 ]]; then
 	go build -o "$work/floor" ./examples/bench/floor
 fi
 
-read -r RP HP GP LHP LGP LDP FHP FGP < <(python3 -c '
+read -r RP HP GP LHP LGP LDP FHP FGP EHP EGP < <(python3 -c '
 import socket
 ps=[]
 socks=[]
-for i in range(8):
+for i in range(10):
     s=socket.socket(); s.bind(("127.0.0.1",0)); ps.append(s.getsockname()[1]); socks.append(s)
 print(" ".join(map(str,ps)))')
 
@@ -112,14 +116,19 @@ descriptors:
 SLUICE_RULES="$RULES    failure_mode: closed
 "
 # The enforcer starts from a saved snapshot (no console needed).
-mkdir -p "$work/state" "$work/lyft/ratelimit/config"
-RULES="$SLUICE_RULES" python3 - "$work/state/snapshot.json" <<'PY'
+mkdir -p "$work/state" "$work/state-lease" "$work/lyft/ratelimit/config"
+snapshot() { # FILE YAML
+	RULES="$2" python3 - "$1" <<'PY'
 import hashlib, json, os, sys
 name, yaml = "bench", os.environ["RULES"]
 h = hashlib.sha256(f"{len(name)}:{name}\n{len(yaml.encode())}:{yaml}\n".encode()).hexdigest()
 json.dump({"type": "snapshot", "version": 1, "checksum": h,
            "domains": [{"name": name, "yaml": yaml}], "node_count": 1}, open(sys.argv[1], "w"))
 PY
+}
+snapshot "$work/state/snapshot.json" "$SLUICE_RULES"
+snapshot "$work/state-lease/snapshot.json" "$SLUICE_RULES    lease: true
+"
 printf '%s' "$RULES" >"$work/lyft/ratelimit/config/bench.yaml"
 
 # h2load's request bodies: the check `sluice bench --keys 1` makes, as a
@@ -139,6 +148,14 @@ PY
 pids+=($!)
 SLUICE_PID=$!
 wait_for "http://127.0.0.1:$HP/readyz"
+if [[ $LEASE == 1 ]]; then
+	"${on_servers[@]}" "$SLUICE" enforcer --console-url http://127.0.0.1:9 --node-token bench --node-id bench-lease \
+		--redis-url "redis://127.0.0.1:$RP/0" --listen "127.0.0.1:$EHP" --grpc-listen "127.0.0.1:$EGP" \
+		--state-dir "$work/state-lease" --log-level error 2>/dev/null &
+	pids+=($!)
+	LEASE_PID=$!
+	wait_for "http://127.0.0.1:$EHP/readyz"
+fi
 
 if [[ -n $LYFT_BIN ]]; then
 	USE_STATSD=false LOG_LEVEL=error REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RP" \
@@ -242,7 +259,8 @@ done
 
 # The servers measured: name, PID, gRPC address, HTTP address.
 servers=("sluice $SLUICE_PID 127.0.0.1:$GP 127.0.0.1:$HP")
-if [[ -n $LYFT_BIN ]]; then servers+=("envoyproxy/ratelimit $LYFT_PID 127.0.0.1:$LGP 127.0.0.1:$LHP"); fi
+if [[ $LEASE == 1 ]]; then servers+=("sluice+lease $LEASE_PID 127.0.0.1:$EGP 127.0.0.1:$EHP"); fi
+if [[ -n $LYFT_BIN ]]; then LYFT_I=${#servers[@]}; servers+=("envoyproxy/ratelimit $LYFT_PID 127.0.0.1:$LGP 127.0.0.1:$LHP"); fi
 if [[ $FLOOR == 1 ]]; then servers+=("floor $FLOOR_PID 127.0.0.1:$FGP 127.0.0.1:$FHP"); fi
 
 # table LOAD KEYS_LIST: one row per server, transport, key count and caller
@@ -270,7 +288,7 @@ table() {
 					done
 				done
 				lyft=
-				if [[ -n $LYFT_BIN ]]; then lyft=$(col 1 <"$work/r1"); fi
+				if [[ -n $LYFT_BIN ]]; then lyft=$(col 1 <"$work/r$LYFT_I"); fi
 				for i in "${!servers[@]}"; do
 					read -r name _ <<<"${servers[$i]}"
 					local r=$work/r$i rate
