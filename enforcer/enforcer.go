@@ -64,7 +64,8 @@ type Config struct {
 	// NodeID names this node in the console; the hostname when empty.
 	NodeID string
 	// RedisURL is the counter store: redis://host:port/db, a comma-separated
-	// list of host:port cluster seeds, or redis+cluster://... Required.
+	// list of host:port cluster seeds, redis+cluster://..., or
+	// redis+sentinel://s1:p1,s2:p2/MASTER. Required.
 	RedisURL string
 	// HTTPAddr and GRPCAddr are the listen addresses (":0" picks a free
 	// port); DefaultHTTPAddr and DefaultGRPCAddr when empty.

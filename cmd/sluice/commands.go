@@ -70,7 +70,7 @@ func enforcerFlags(fs *flagSet, cfg *enforcer.Config) {
 	fs.string(&cfg.NodeToken, "node-token", "SLUICE_NODE_TOKEN", "", "API token with role node")
 	host, _ := os.Hostname()
 	fs.string(&cfg.NodeID, "node-id", "SLUICE_NODE_ID", host, "this node's id, unique among enforcers")
-	fs.string(&cfg.RedisURL, "redis-url", "REDIS_URL", "redis://127.0.0.1:6379/0", "redis://host:port/db; host:port,host:port or redis+cluster://... for Redis Cluster; go-redis query options (pool_size, protocol=3, ...) apply")
+	fs.string(&cfg.RedisURL, "redis-url", "REDIS_URL", "redis://127.0.0.1:6379/0", "redis://host:port/db; host:port,host:port or redis+cluster://... for Redis Cluster; redis+sentinel://s1:p1,s2:p2/MASTER for Sentinel; go-redis query options (pool_size, protocol=3, ...) apply")
 	fs.string(&cfg.HTTPAddr, "listen", "SLUICE_LISTEN", ":8081", "HTTP check API address")
 	fs.string(&cfg.GRPCAddr, "grpc-listen", "SLUICE_GRPC_LISTEN", ":8082", "gRPC rate limit service address")
 	fs.string(&cfg.StateDir, "state-dir", "SLUICE_STATE_DIR", "/var/lib/sluice", "directory for the last-known-good ruleset")
