@@ -188,6 +188,29 @@ func TestCtlRoundTrip(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &diff); err != nil || fmt.Sprint(diff.Domains) != "[{api changed} {new added} {old removed}]" || diff.Version != 3 {
 		t.Fatalf("diff -o json = %+v (%v)\n%s", diff, err, out)
 	}
+	// --preview asks the console what each changed or new limit would have
+	// done to the last hour; with no traffic recorded, it says so per limit.
+	out, _ = c.mustCtl(t, 2, "rules", "diff", dir, "--preview")
+	for _, want := range []string{"Impact on the last hour of traffic:", "api     api_key  limit_changed", "new     api_key  limit_added", "cannot preview: a new limit"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("diff --preview lacks %q:\n%s", want, out)
+		}
+	}
+	var withPreview struct {
+		Previews []struct {
+			Domain string `json:"domain"`
+			Limits []struct {
+				Name        string `json:"name"`
+				Previewable bool   `json:"previewable"`
+				Reason      string `json:"reason"`
+			} `json:"limits"`
+		} `json:"previews"`
+	}
+	out, _ = c.mustCtl(t, 2, "rules", "diff", dir, "--preview", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &withPreview); err != nil || len(withPreview.Previews) != 2 ||
+		withPreview.Previews[0].Domain != "api" || len(withPreview.Previews[0].Limits) != 1 || withPreview.Previews[0].Limits[0].Reason == "" {
+		t.Fatalf("diff --preview -o json = %+v (%v)\n%s", withPreview, err, out)
+	}
 
 	// A broken file: refused locally with its position, nothing published.
 	good := readRule(t, filepath.Join(dir, "api.yaml"))

@@ -172,6 +172,39 @@ func (c *Client) Ruleset(ctx context.Context) (Snapshot, error) {
 	return s, err
 }
 
+// Preview is POST /api/v1/preview's answer: what each changed or new limit
+// of a draft domain would have done to the last hour of real traffic.
+type Preview struct {
+	Domain  string         `json:"domain"`
+	WindowS int64          `json:"window_s"`
+	Limits  []PreviewLimit `json:"limits"`
+}
+
+// PreviewLimit is one limit's replay (see the console's openapi.yaml).
+type PreviewLimit struct {
+	Name           string `json:"name"`
+	Change         string `json:"change"`
+	Previewable    bool   `json:"previewable"`
+	Reason         string `json:"reason,omitempty"`
+	Estimate       bool   `json:"estimate"`
+	EstimateReason string `json:"estimate_reason,omitempty"`
+	Totals         struct {
+		Requests       int64 `json:"requests"`
+		Limited        int64 `json:"limited"`
+		WouldLimit     int64 `json:"would_limit"`
+		WouldLimitLow  int64 `json:"would_limit_low"`
+		WouldLimitHigh int64 `json:"would_limit_high"`
+		ValuesMax      int64 `json:"values_max"`
+	} `json:"totals"`
+}
+
+// Preview replays the last hour of traffic against a draft of domain.
+func (c *Client) Preview(ctx context.Context, domain, yaml string) (Preview, error) {
+	var p Preview
+	_, err := c.call(ctx, "POST", "/api/v1/preview", map[string]string{"domain": domain, "yaml": yaml}, &p)
+	return p, err
+}
+
 // RulesetChange is the body of PUT /api/v1/ruleset.
 type RulesetChange struct {
 	Domains          map[string]string `json:"domains,omitempty"`

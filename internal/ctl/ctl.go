@@ -48,7 +48,8 @@ Commands:
   rules export DIR           write every domain as DIR/DOMAIN.yaml, exactly as published,
                              and DIR/.sluice-state.json with the exported version
   rules diff DIR             unified diff from the console to DIR; exit 0 when equal,
-                             2 when they differ, 1 on errors
+                             2 when they differ, 1 on errors; --preview adds what each
+                             changed limit would have done to the last hour of traffic
   rules apply DIR -m MSG     publish every changed domain of DIR in ONE version; removes
                              domains missing from DIR only with --prune; refuses when
                              the console moved since DIR was exported unless --force

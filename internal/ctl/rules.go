@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/sluicehq/sluice/rules"
@@ -78,8 +81,10 @@ func (e *env) localRules(dir string) (map[string]string, map[string]string, erro
 }
 
 func rulesDiff(ctx context.Context, e *env, args []string) error {
+	var preview bool
 	fs := e.flags("rules diff")
-	args, err := e.parse(fs, args, 1, "rules diff DIR")
+	fs.BoolVar(&preview, "preview", false, "also show what each changed limit would have done to the last hour of traffic")
+	args, err := e.parse(fs, args, 1, "rules diff DIR [--preview]")
 	if err != nil {
 		return err
 	}
@@ -100,10 +105,26 @@ func rulesDiff(ctx context.Context, e *env, args []string) error {
 		return e.fail(err, nil)
 	}
 	diffs := rules.DiffRulesets(snap.YAMLByName(), local)
+	var previews []Preview
+	if preview {
+		for _, d := range diffs {
+			if d.Change == "removed" {
+				continue
+			}
+			p, err := e.client.Preview(ctx, d.Name, local[d.Name])
+			if err != nil {
+				return e.fail(err, nil)
+			}
+			previews = append(previews, p)
+		}
+	}
 	if e.jsonOut() {
 		out := map[string]any{"version": snap.Version, "domains": diffs}
 		if exported {
 			out["exported_version"] = st.Version
+		}
+		if preview {
+			out["previews"] = previews
 		}
 		if err := e.printJSON(out); err != nil {
 			return err
@@ -119,6 +140,9 @@ func rulesDiff(ctx context.Context, e *env, args []string) error {
 		}
 		for _, d := range diffs {
 			fmt.Fprint(e.stdout, "\n"+d.Unified)
+		}
+		if preview {
+			printPreviews(e.stdout, previews)
 		}
 	}
 	if len(diffs) > 0 {
@@ -375,5 +399,37 @@ func (e *env) printProblems(ps []rules.Problem, paths map[string]string) {
 			p.File = local
 		}
 		fmt.Fprintln(e.stderr, p.String())
+	}
+}
+
+// printPreviews prints, per changed or new limit, what it would have done
+// to the last hour of traffic beside what was actually limited.
+func printPreviews(w io.Writer, previews []Preview) {
+	fmt.Fprintln(w, "\nImpact on the last hour of traffic:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DOMAIN\tLIMIT\tCHANGE\tREQUESTS\tLIMITED\tWOULD LIMIT\tVALUES\tNOTE")
+	n := 0
+	for _, p := range previews {
+		for _, l := range p.Limits {
+			n++
+			if !l.Previewable {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\tcannot preview: %s\n", p.Domain, l.Name, l.Change, l.Reason)
+				continue
+			}
+			t := l.Totals
+			would := strconv.FormatInt(t.WouldLimit, 10)
+			if t.WouldLimitLow != t.WouldLimitHigh {
+				would += fmt.Sprintf(" (%d–%d)", t.WouldLimitLow, t.WouldLimitHigh)
+			}
+			note := ""
+			if l.Estimate {
+				note = "estimate: " + l.EstimateReason
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", p.Domain, l.Name, l.Change, t.Requests, t.Limited, would, t.ValuesMax, note)
+		}
+	}
+	tw.Flush()
+	if n == 0 {
+		fmt.Fprintln(w, "no limit was added or changed")
 	}
 }
