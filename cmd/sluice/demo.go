@@ -208,7 +208,7 @@ type demoEntry struct {
 }
 
 // next is the body of the next steady check, or of the next hot one. Each
-// of its three descriptors meets one of the demo domain's limits.
+// of its four descriptors meets one of the demo domain's limits.
 func (d *demoTraffic) next(hot bool) []byte {
 	c := d.cfg
 	key, n := c.Keys[d.steady%len(c.Keys)], d.steady
@@ -222,6 +222,7 @@ func (d *demoTraffic) next(hot bool) []byte {
 		{Entries: []demoEntry{{"api_key", key}}},
 		{Entries: []demoEntry{{"remote_address", c.Addrs[n%len(c.Addrs)]}}},
 		{Entries: []demoEntry{{"route", c.Routes[n%len(c.Routes)]}}},
+		{Entries: []demoEntry{{"customer", key}}},
 	}}) // strings only: cannot fail
 	return b
 }

@@ -48,7 +48,7 @@ func (f *fakeEnforcer) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	case req.Method == "POST" && req.URL.Path == "/json" && req.Header.Get("Content-Type") == "application/json":
 		var c demoCheck
-		if err := json.NewDecoder(req.Body).Decode(&c); err != nil || len(c.Descriptors) != 3 {
+		if err := json.NewDecoder(req.Body).Decode(&c); err != nil || len(c.Descriptors) != 4 {
 			status = http.StatusBadRequest
 			break
 		}

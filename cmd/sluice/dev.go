@@ -46,6 +46,12 @@ descriptors:
     value: /search
     rate_limit: {unit: second, requests_per_unit: 5, name: search-shadow}
     shadow_mode: true
+  # A monthly quota per customer (the UTC calendar month), whose usage the
+  # Quotas page shows for billing.
+  - key: customer
+    rate_limit: {unit: month, requests_per_unit: 1000000, name: monthly-quota}
+    algorithm: fixed_window
+    calendar: true
 `
 
 // devConfig is the configuration of "sluice dev".

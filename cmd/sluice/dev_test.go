@@ -34,6 +34,7 @@ func TestDemoDomain(t *testing.T) {
 		{"api_key", demo.HotKey, "per-demo-key", rules.Second, 10, false},
 		{"remote_address", demo.Addrs[0], "per-address", rules.Second, 10, false},
 		{"route", "/search", "search-shadow", rules.Second, 5, true},
+		{"customer", demo.Keys[0], "monthly-quota", rules.Month, 1000000, false},
 	}
 	for _, tt := range tests {
 		l := set.Match("demo", []rules.Entry{{Key: tt.key, Value: tt.value}})
