@@ -31,10 +31,9 @@ import (
 // the node's clock plus ResetAfter estimates that end within the node's
 // clock skew and the round trip, and the nearest calendar boundary of the
 // unit is that end exactly while the skew is under 12 hours (windows are
-// at least a day long). The period is then the window that ends there. A
-// request counted in the last microseconds of a period on a Redis Cluster
-// Take spanning several slots may be counted by the commit phase in the
-// next window while recorded in this one (the check phase's window).
+// at least a day long). The period is then the window that ends there. On a
+// Redis Cluster Take spanning several slots every slot decides at one time
+// (the limiter's shared clock), so the window recorded is the one counted.
 //
 // The value is the limit's counter value (the request's, or the shared
 // wildcard of a share_threshold level): the entry's value for a one-entry
