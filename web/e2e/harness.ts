@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
 
 const run = promisify(execFile);
 
@@ -28,6 +28,43 @@ export function launchBrowser(): Promise<Browser> {
     executablePath: chromiumPath,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
   });
+}
+
+/**
+ * watch records in problems what must never happen on page: an uncaught
+ * error, a native dialog (confirmations are the console's own), and a
+ * Content-Security-Policy violation — except the browser's own one that the
+ * console suite explains: typing over selected text in the YAML editor makes
+ * Chrome wrap it in a styled span, which CSP blocks ("editor-native").
+ */
+export async function watch(page: Page, problems: string[]): Promise<void> {
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('dialog', (d) => {
+    problems.push(`native ${d.type()} dialog: ${d.message()}`);
+    void d.dismiss();
+  });
+  page.on('console', (msg) => {
+    const t = msg.text();
+    if (/^securitypolicyviolation/.test(t) && !/editor-native/.test(t)) problems.push(`CSP: ${t}`);
+  });
+  await page.addInitScript(() => {
+    document.addEventListener('securitypolicyviolation', (e) => {
+      const host = e.target instanceof Element ? e.target.getAttribute('data-testid') : null;
+      const native = e.violatedDirective === 'style-src-attr' && e.sourceFile === '' && host === 'yaml-editor';
+      console.error(
+        `securitypolicyviolation${native ? ' editor-native' : ''}: ${e.violatedDirective} at ${e.sourceFile}:${e.lineNumber} sample=${e.sample} page=${location.pathname} target=${host ?? String(e.target)}`,
+      );
+    });
+  });
+}
+
+/** signIn signs admin in through the login form of the page at url and waits for its heading. */
+export async function signIn(page: Page, url: string, password: string, heading = 'Domains'): Promise<void> {
+  await page.goto(url);
+  await page.getByLabel('Username').fill('admin');
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { level: 1, name: heading }).waitFor();
 }
 
 function randomName(prefix: string): string {

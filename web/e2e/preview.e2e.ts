@@ -7,7 +7,18 @@
 // token bucket, a chart, and that the new limit cannot be previewed.
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, createDatabase, launchBrowser, randomName, secret, startConsole, type Proc, type TestDatabase } from './harness';
+import {
+  Client,
+  createDatabase,
+  launchBrowser,
+  randomName,
+  secret,
+  signIn,
+  startConsole,
+  watch,
+  type Proc,
+  type TestDatabase,
+} from './harness';
 
 const domain = randomName('preview').replace(/_\d+_/, '_');
 const yaml = (limit: number, extra = '') => `domain: ${domain}
@@ -47,26 +58,8 @@ beforeAll(async () => {
 
   browser = await launchBrowser();
   page = await (await browser.newContext({ viewport: { width: 1366, height: 900 } })).newPage();
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  // CSP violations are problems, except the browser's own one that the
-  // console suite explains: typing over selected text in the YAML editor
-  // makes Chrome wrap it in a styled span, which CSP blocks ("editor-native").
-  page.on('console', (msg) => {
-    const t = msg.text();
-    if (/^securitypolicyviolation/.test(t) && !/editor-native/.test(t)) problems.push(`CSP: ${t}`);
-  });
-  await page.addInitScript(() => {
-    document.addEventListener('securitypolicyviolation', (e) => {
-      const host = e.target instanceof Element ? e.target.getAttribute('data-testid') : null;
-      const native = e.violatedDirective === 'style-src-attr' && e.sourceFile === '' && host === 'yaml-editor';
-      console.error(`securitypolicyviolation${native ? ' editor-native' : ''}: ${e.violatedDirective} at ${e.sourceFile}:${e.lineNumber} target=${host ?? String(e.target)}`);
-    });
-  });
-  await page.goto(base + '/');
-  await page.getByLabel('Username').fill('admin');
-  await page.getByLabel('Password').fill(password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { level: 1, name: 'Domains' }).waitFor();
+  await watch(page, problems);
+  await signIn(page, base + '/', password);
 }, 120_000);
 
 afterAll(async () => {

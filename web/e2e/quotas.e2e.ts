@@ -16,8 +16,10 @@ import {
   randomName,
   repo,
   secret,
+  signIn,
   startConsole,
   startEnforcer,
+  watch,
   type Proc,
   type TestDatabase,
 } from './harness';
@@ -89,18 +91,8 @@ beforeAll(async () => {
   browser = await launchBrowser();
   const context = await browser.newContext({ viewport: { width: 1366, height: 900 }, colorScheme: 'light' });
   page = await context.newPage();
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('console', (msg) => {
-    if (/securitypolicyviolation/.test(msg.text())) problems.push(`CSP: ${msg.text()}`);
-  });
-  await page.addInitScript(() => {
-    document.addEventListener('securitypolicyviolation', (e) => console.error(`securitypolicyviolation: ${e.violatedDirective}`));
-  });
-  await page.goto(base + '/');
-  await page.getByLabel('Username').fill('admin');
-  await page.getByLabel('Password').fill(password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { level: 1, name: 'Domains' }).waitFor();
+  await watch(page, problems);
+  await signIn(page, base + '/', password);
 }, 120_000);
 
 afterAll(async () => {

@@ -14,8 +14,10 @@ import {
   launchBrowser,
   randomName,
   secret,
+  signIn,
   startConsole,
   startEnforcer,
+  watch,
   type Proc,
   type TestDatabase,
 } from './harness';
@@ -74,16 +76,8 @@ beforeAll(async () => {
   browser = await launchBrowser();
   const context = await browser.newContext({ viewport: { width: 1366, height: 900 } });
   page = await context.newPage();
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('dialog', (d) => {
-    problems.push(`native ${d.type()} dialog: ${d.message()}`);
-    void d.dismiss();
-  });
-  await page.goto(base + '/');
-  await page.getByLabel('Username').fill('admin');
-  await page.getByLabel('Password').fill(password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { level: 1, name: 'Domains' }).waitFor();
+  await watch(page, problems);
+  await signIn(page, base + '/', password);
 });
 
 afterAll(async () => {

@@ -7,7 +7,18 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, createDatabase, launchBrowser, repo, secret, startConsole, type Proc, type TestDatabase } from './harness';
+import {
+  Client,
+  createDatabase,
+  launchBrowser,
+  repo,
+  secret,
+  signIn,
+  startConsole,
+  watch,
+  type Proc,
+  type TestDatabase,
+} from './harness';
 
 const shots = join(repo, 'web/e2e/screenshots');
 
@@ -73,16 +84,8 @@ beforeAll(async () => {
   browser = await launchBrowser();
   context = await browser.newContext({ viewport: { width: 1366, height: 800 } });
   page = await context.newPage();
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('dialog', (d) => {
-    problems.push(`native ${d.type()} dialog: ${d.message()}`);
-    void d.dismiss();
-  });
-  await page.goto(base + '/users');
-  await page.getByLabel('Username').fill('admin');
-  await page.getByLabel('Password').fill(password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { level: 1, name: 'Users' }).waitFor();
+  await watch(page, problems);
+  await signIn(page, base + '/users', password, 'Users');
 }, 120_000);
 
 afterAll(async () => {
