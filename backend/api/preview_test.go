@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/node"
+	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -60,21 +60,7 @@ func TestPreviewPredictsLimited(t *testing.T) {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	log := slog.New(slog.DiscardHandler)
 
-	ready := make(chan net.Addr, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: testenv.PostgresURL(t), AdminPassword: "preview-password"}
-		if err := backend.Run(ctx, cfg, log, io.Discard, func(a net.Addr) { ready <- a }); err != nil {
-			t.Errorf("console: %v", err)
-			ready <- nil
-		}
-	}()
-	addr := <-ready
-	if addr == nil {
-		t.FailNow()
-	}
-	admin := pvLogin(t, "http://"+addr.String())
+	admin := pvLogin(t, consoletest.Start(t, ctx, &wg, backend.Config{DatabaseURL: testenv.PostgresURL(t), AdminPassword: "preview-password"}, log))
 	var tok struct {
 		Token string `json:"token"`
 	}

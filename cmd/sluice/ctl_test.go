@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -36,21 +36,7 @@ func startCtlConsole(t *testing.T) *ctlConsole {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	addrs := make(chan net.Addr, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: testenv.PostgresURL(t), AdminPassword: "ctl-password"}
-		if err := backend.Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard, func(a net.Addr) { addrs <- a }); err != nil {
-			t.Errorf("console: %v", err)
-			addrs <- nil
-		}
-	}()
-	addr := <-addrs
-	if addr == nil {
-		t.FailNow()
-	}
-	c := &ctlConsole{base: "http://" + addr.String()}
+	c := &ctlConsole{base: consoletest.Start(t, ctx, &wg, backend.Config{DatabaseURL: testenv.PostgresURL(t), AdminPassword: "ctl-password"}, nil)}
 	c.admin = login(t, c.base, "admin", "ctl-password")
 	var tok struct {
 		Token string `json:"token"`

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"sync"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -37,21 +37,7 @@ func TestEndToEnd(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dbURL, redisURL, prefix := testenv.PostgresURL(t), testenv.RedisURL(t), testenv.KeyPrefix(t)
 
-	consoleAddr := make(chan net.Addr, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: dbURL, AdminPassword: "e2e-password"}
-		if err := backend.Run(ctx, cfg, log, io.Discard, func(a net.Addr) { consoleAddr <- a }); err != nil {
-			t.Errorf("console: %v", err)
-			consoleAddr <- nil
-		}
-	}()
-	addr := <-consoleAddr
-	if addr == nil {
-		t.FailNow()
-	}
-	base := "http://" + addr.String()
+	base := consoletest.Start(t, ctx, &wg, backend.Config{DatabaseURL: dbURL, AdminPassword: "e2e-password"}, log)
 	admin := login(t, base, "admin", "e2e-password")
 
 	// One node token per node: a token is bound to the node id it first connects with.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -48,22 +48,8 @@ func startRollFleet(t *testing.T, ctx context.Context, wg *sync.WaitGroup) *roll
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dbURL := testenv.PostgresURL(t)
 	f := &rollFleet{t: t, ctx: ctx, wg: wg, redis: testenv.RedisURL(t), prefix: testenv.KeyPrefix(t), nodes: map[string]string{}}
-	for i := range 2 {
-		ready := make(chan net.Addr, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: dbURL, AdminPassword: "roll-password"}
-			if err := backend.Run(ctx, cfg, log, io.Discard, func(a net.Addr) { ready <- a }); err != nil {
-				t.Errorf("console %d: %v", i, err)
-				ready <- nil
-			}
-		}()
-		addr := <-ready
-		if addr == nil {
-			t.FailNow()
-		}
-		f.consoles = append(f.consoles, "http://"+addr.String())
+	for range 2 {
+		f.consoles = append(f.consoles, consoletest.Start(t, ctx, wg, backend.Config{DatabaseURL: dbURL, AdminPassword: "roll-password"}, log))
 	}
 	f.admin = login(t, f.consoles[0], "admin", "roll-password")
 	return f

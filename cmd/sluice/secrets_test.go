@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -55,21 +54,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	const dbPassword = "db-pw-90ac33" // trust authentication ignores it; it must not be logged all the same
 	u.User = url.UserPassword(u.User.Username(), dbPassword)
 
-	ready := make(chan net.Addr, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: u.String(), AdminPassword: adminPassword}
-		if err := backend.Run(ctx, cfg, log, io.Discard, func(a net.Addr) { ready <- a }); err != nil {
-			t.Errorf("console: %v", err)
-			ready <- nil
-		}
-	}()
-	addr := <-ready
-	if addr == nil {
-		t.FailNow()
-	}
-	base := "http://" + addr.String()
+	base := consoletest.Start(t, ctx, &wg, backend.Config{DatabaseURL: u.String(), AdminPassword: adminPassword}, log)
 
 	resp, err := http.Post(base+"/api/v1/auth/login", "application/json", strings.NewReader(`{"username":"admin","password":"`+wrongPassword+`"}`))
 	if err != nil {
@@ -93,7 +78,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "secret-node", "role": "node"}, 201, &tok)
 	admin.mustDo(t, "PUT", "/api/v1/domains/live", map[string]any{"yaml": liveDomain, "message": "m", "base_version": 0}, 200, nil)
 	var session string
-	for _, c := range admin.http.Jar.Cookies(&url.URL{Scheme: "http", Host: addr.String()}) {
+	for _, c := range admin.http.Jar.Cookies(&url.URL{Scheme: "http", Host: strings.TrimPrefix(base, "http://")}) {
 		session += c.Value
 	}
 	if session == "" {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -48,22 +48,9 @@ func startLiveFleet(t *testing.T, ctx context.Context, wg *sync.WaitGroup) *live
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dbURL, redisURL, prefix := testenv.PostgresURL(t), testenv.RedisURL(t), testenv.KeyPrefix(t)
 	f := &liveFleet{}
-	for i := range 2 {
-		ready := make(chan net.Addr, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: dbURL, AdminPassword: "live-password", SpikeWarmup: 3 * time.Second}
-			if err := backend.Run(ctx, cfg, log, io.Discard, func(a net.Addr) { ready <- a }); err != nil {
-				t.Errorf("console %d: %v", i, err)
-				ready <- nil
-			}
-		}()
-		addr := <-ready
-		if addr == nil {
-			t.FailNow()
-		}
-		f.consoles = append(f.consoles, "http://"+addr.String())
+	for range 2 {
+		cfg := backend.Config{DatabaseURL: dbURL, AdminPassword: "live-password", SpikeWarmup: 3 * time.Second}
+		f.consoles = append(f.consoles, consoletest.Start(t, ctx, wg, cfg, log))
 	}
 	f.admin = login(t, f.consoles[0], "admin", "live-password")
 	// One node token per node: a token is bound to the node id it first connects with.

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"strings"
@@ -14,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/backend"
+	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -24,21 +23,7 @@ func console(t *testing.T) *Client {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	addrs := make(chan net.Addr, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: testenv.PostgresURL(t), AdminPassword: "client-password"}
-		if err := backend.Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard, func(a net.Addr) { addrs <- a }); err != nil {
-			t.Errorf("console: %v", err)
-			addrs <- nil
-		}
-	}()
-	addr := <-addrs
-	if addr == nil {
-		t.FailNow()
-	}
-	base := "http://" + addr.String()
+	base := consoletest.Start(t, ctx, &wg, backend.Config{DatabaseURL: testenv.PostgresURL(t), AdminPassword: "client-password"}, nil)
 	jar, _ := cookiejar.New(nil)
 	hc := &http.Client{Jar: jar}
 	post := func(path, csrf, body string, out any) {
