@@ -371,9 +371,9 @@ func TestPostgresRestartUnderConsole(t *testing.T) {
 
 	stopAt := time.Now()
 	pg.Stop()
+	stoppedAt := time.Now()
 	unready := ready()
 	time.Sleep(500 * time.Millisecond) // an outage publishes run into
-	startAt := time.Now()
 	pg.Start()
 	upAt := time.Now()
 	if unready == http.StatusOK {
@@ -432,8 +432,8 @@ func TestPostgresRestartUnderConsole(t *testing.T) {
 	if errs > 0 {
 		window = lastErr.Sub(firstErr)
 	}
-	t.Logf("postgres down %v (fast stop %v); ready %v after start; publishes failed %d times over %v, ok again %v after start; node had the next version %v after start; %d publishes acked, none lost",
-		upAt.Sub(stopAt).Round(time.Millisecond), startAt.Sub(stopAt).Round(time.Millisecond), readyAt.Sub(upAt).Round(time.Millisecond),
+	t.Logf("postgres stopped in %v, down %v until started; ready %v after start; publishes failed %d times over %v, ok again %v after start; node had the next version %v after start; %d publishes acked, none lost",
+		stoppedAt.Sub(stopAt).Round(time.Millisecond), upAt.Sub(stopAt).Round(time.Millisecond), readyAt.Sub(upAt).Round(time.Millisecond),
 		errs, window.Round(time.Millisecond), resumedAt.Sub(upAt).Round(time.Millisecond), pushedAt.Sub(upAt).Round(time.Millisecond), len(acked))
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,7 +70,8 @@ func churnNode(ctx context.Context, baseURL, token, id string, abrupt bool) erro
 	return ws.Close(websocket.StatusNormalClosure, "")
 }
 
-// usage is what the process holds: goroutines, and heap in use after a GC.
+// usage is what the process holds: goroutines, heap in use after a GC, and
+// RSS after returning freed memory to the OS.
 type usage struct {
 	goroutines int
 	heap       uint64
@@ -78,7 +80,7 @@ type usage struct {
 
 func measure() usage {
 	runtime.GC()
-	runtime.GC()
+	debug.FreeOSMemory() // a GC too; returns freed memory, so RSS compares
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return usage{goroutines: runtime.NumGoroutine(), heap: ms.HeapAlloc, rss: rssBytes()}
