@@ -274,7 +274,12 @@ svc_postgres() {
 	if svc_postgres_up "$url"; then
 		svc_say "postgres: $(svc_redact "$url") (already running)"
 		DATABASE_URL=$url
-		return 0
+		# The fault tests start a private server (testenv.StartPostgres).
+		if ! svc_pg_bindir >/dev/null; then
+			svc_install "PostgreSQL server binaries (initdb, pg_ctl)" postgresql ||
+				svc_problem "no initdb/pg_ctl: TestPostgresRestartUnderConsole needs them"
+		fi
+		return
 	fi
 	read -r host port < <(svc_hostport "$url" 5432)
 	if ! svc_is_local "$host"; then

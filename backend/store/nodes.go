@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"time"
 
@@ -132,8 +133,14 @@ func (s *Store) SaveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 		}
 	}
 	var refused *RefusedNodesError
-	for start := 0; start < len(rows); start += saveNodesBatch {
-		chunk := rows[start:min(start+saveNodesBatch, len(rows))]
+	for start := 0; start < len(rows); {
+		// Chunks of a power-of-two size (or saveNodesBatch): every row count
+		// is a distinct statement, which pgx prepares and caches on each
+		// connection (up to 512), so arbitrary sizes grew the console's heap,
+		// and Postgres's sessions, with node churn (TestConsoleReconnectLoopLeaks).
+		size := min(saveNodesBatch, 1<<(bits.Len(uint(len(rows)-start))-1))
+		chunk := rows[start : start+size]
+		start += size
 		err := s.saveNodes(ctx, chunk, staleAfter)
 		if err == nil {
 			continue
