@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -286,12 +287,16 @@ func (f *fleet) stop() {
 	f.cmd.Wait()
 }
 
-// heapAndStacks is the memory this process holds after a collection.
-func heapAndStacks() uint64 {
-	runtime.GC()
+// heapAndStacks is the memory this process holds after collections (a
+// few: each may shrink goroutine stacks by half), and the part of it in
+// goroutine stacks.
+func heapAndStacks() (total, stacks uint64) {
 	var m runtime.MemStats
+	for range 3 {
+		runtime.GC()
+	}
 	runtime.ReadMemStats(&m)
-	return m.HeapInuse + m.StackInuse
+	return m.HeapInuse + m.StackInuse, m.StackInuse
 }
 
 // fleetSizes are BenchmarkPush's fleets.
@@ -385,7 +390,8 @@ func BenchmarkPush(b *testing.B) {
 		return v, start
 	}
 	publish()
-	base := heapAndStacks()
+	base, baseStacks := heapAndStacks()
+	baseGoroutines := runtime.NumGoroutine()
 
 	var current *fleet
 	b.Cleanup(func() {
@@ -406,8 +412,18 @@ func BenchmarkPush(b *testing.B) {
 	for _, n := range fleetSizes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			useFleet(b, n)
-			held := heapAndStacks()
+			held, stacks := heapAndStacks()
 			perNode := float64(held-min(base, held)) / float64(n)
+			stackPerNode := float64(stacks-min(baseStacks, stacks)) / float64(n)
+			goroutines := float64(runtime.NumGoroutine()-baseGoroutines) / float64(n)
+			if path := os.Getenv("SLUICE_HUB_BENCH_HEAP"); path != "" {
+				// A heap profile with the fleet connected (-memprofile is
+				// written after it left).
+				if f, err := os.Create(fmt.Sprintf("%s.%d", path, n)); err == nil {
+					pprof.WriteHeapProfile(f)
+					f.Close()
+				}
+			}
 
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
@@ -421,6 +437,8 @@ func BenchmarkPush(b *testing.B) {
 			b.ReportMetric(quantile(lat, 0.99), "p99-ms")
 			b.ReportMetric(quantile(lat, 1), "max-ms")
 			b.ReportMetric(perNode/1024, "KiB/node")
+			b.ReportMetric(stackPerNode/1024, "stack-KiB/node")
+			b.ReportMetric(goroutines, "goroutines/node")
 		})
 	}
 	for _, n := range []int{1000, 10000} {

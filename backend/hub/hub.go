@@ -48,6 +48,8 @@ package hub
 //lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -55,8 +57,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -407,7 +411,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 	// Compression stays off (the default, said here so it stays so): a
 	// deflate context per connection would cost more than the snapshots
 	// it saves.
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		h.wg.Done()
 		return // Accept has written the HTTP error
@@ -419,16 +423,77 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 	go h.serve(ws, r.RemoteAddr, tokenID, actor)
 }
 
+// Buffer sizes of a node connection: node messages are small (an ack, a
+// stats report), and a snapshot larger than the write buffer goes to the
+// socket directly.
+const (
+	readBufferSize  = 1 << 10
+	writeBufferSize = 2 << 10
+)
+
+// smallBuffers hands the websocket library smaller buffers than the HTTP
+// server's (4 KiB each way, held for the connection's life once hijacked).
+type smallBuffers struct{ http.ResponseWriter }
+
+// WriteHeaderNow makes the library send the handshake response through
+// gin's writer, which delays it otherwise (the library looks for this
+// method).
+func (w smallBuffers) WriteHeaderNow() {
+	if g, ok := w.ResponseWriter.(interface{ WriteHeaderNow() }); ok {
+		g.WriteHeaderNow()
+	}
+}
+
+// Hijack takes over the connection with small buffers; the handshake
+// response still waiting in the server's buffer is sent, and request bytes
+// already read stay readable.
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("connection cannot be hijacked")
+	}
+	nc, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	var r io.Reader = nc
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc)
+	}
+	return nc, bufio.NewReadWriter(bufio.NewReaderSize(r, readBufferSize), bufio.NewWriterSize(nc, writeBufferSize)), nil
+}
+
 // serve runs one accepted node stream until it closes.
 func (h *Hub) serve(ws *websocket.Conn, addr string, tokenID int64, actor store.Actor) {
-	defer h.wg.Done()
 	wctx, stopWriter := context.WithCancel(context.Background())
 	c := &conn{ws: ws, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
 	// Armed before anyone else sees c; the first ping comes after the
 	// hello deadline.
 	c.pinger = time.AfterFunc(pingInterval, func() { h.ping(c) })
 
-	err := h.run(c, addr, tokenID, actor)
+	if err := h.open(c, addr, tokenID, actor); err != nil {
+		h.finish(c, addr, err)
+		return
+	}
+	// The read loop runs for the connection's life on a goroutine of its
+	// own: the hello's database calls grew this one's stack, and a
+	// goroutine keeps its stack while it runs.
+	go func() {
+		err := h.read(context.Background(), c) // reads end when the websocket closes
+		h.unregister(c)
+		h.finish(c, addr, err)
+	}()
+}
+
+// finish closes a connection that ended with err (see open and read) and
+// logs why.
+func (h *Hub) finish(c *conn, addr string, err error) {
+	defer h.wg.Done()
 	var ce closeError
 	if errors.As(err, &ce) {
 		c.drop(ce.code, ce.reason)
@@ -447,11 +512,12 @@ func (h *Hub) serve(ws *websocket.Conn, addr string, tokenID int64, actor store.
 	}
 }
 
-// run handles one connection: hello, then the keepalive and the read
-// loop. It returns nil when the node closed normally, a closeError
-// when the console must close with a specific code, or another error when
-// the connection failed.
-func (h *Hub) run(c *conn, addr string, tokenID int64, actor store.Actor) error {
+// open handles a connection's hello: it binds the token, registers the
+// node and offers it the snapshot it should run. Like read, it returns a
+// closeError when the console must close with a specific code, or another
+// error when the connection failed; the node is registered only when it
+// returns nil.
+func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error {
 	hello, err := readHello(c.ws)
 	if err != nil {
 		return err
@@ -475,13 +541,12 @@ func (h *Hub) run(c *conn, addr string, tokenID int64, actor store.Actor) error 
 		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
 	}
 	registered := h.gen.Load()
-	defer h.unregister(c)
 	h.log.Info("node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "address", addr,
 		"build", hello.Build)
 
-	ctx := context.Background() // reads end when the websocket closes
-	pl, err := h.planSince(ctx, registered)
+	pl, err := h.planSince(context.Background(), registered)
 	if err != nil {
+		h.unregister(c)
 		h.log.Error("load snapshot for node", "node_id", hello.NodeID, "error", err)
 		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
 	}
@@ -490,7 +555,7 @@ func (h *Hub) run(c *conn, addr string, tokenID int64, actor store.Actor) error 
 			"applied_version", hello.AppliedVersion, "latest_version", pl.state.Head)
 	}
 	c.offer(h, pl.forNode(c.labels))
-	return h.read(ctx, c)
+	return nil
 }
 
 // planSince returns what the nodes should run, as read by a read that
