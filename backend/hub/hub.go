@@ -19,14 +19,15 @@
 // (rollout.go).
 //
 // Sized for thousands of nodes per replica (BENCHMARKS.md: 10,000 nodes
-// at about 14 KiB of console memory each). A connection holds one reader
+// at under 20 KiB of console memory each). A connection holds one reader
 // goroutine, started fresh after the upgrade so that it does not keep the
 // HTTP handler's deep stack, plus the websocket library's own timeout
 // goroutine. Nothing else waits per node: a snapshot is written by a
 // short-lived goroutine started when one is offered (only the latest
 // offered version is kept; older ones not yet written are skipped), and the
 // keepalive ping is a timer. Nothing waits on a node either: a node whose
-// writes or pings time out is dropped and catches up with a full snapshot
+// writes or pings time out, or that is offered behindLimit versions while
+// one write to it is stuck, is dropped and catches up with a full snapshot
 // when it reconnects. A snapshot is serialized once per version and the
 // same bytes go to every node. The compression extension is not negotiated
 // (it would cost a compressor per connection), and the plan a connecting
@@ -82,6 +83,10 @@ const (
 
 	// flushInterval is how often registry changes reach Postgres;
 	// flushBatch pending changes trigger a flush before that.
+	// behindLimit is how many versions may be offered to a node while one
+	// write to it is in progress; a node further behind is dropped.
+	behindLimit = 8
+
 	flushInterval = 250 * time.Millisecond
 	flushBatch    = 500
 	// softFlushEvery bounds how often a node's last_seen and rates alone
@@ -338,6 +343,7 @@ type conn struct {
 	wmu     sync.Mutex
 	next    *encoded // the latest version offered and not yet written; guarded by wmu
 	writing bool     // a writer goroutine runs; guarded by wmu
+	behind  int      // versions offered since the last write completed; guarded by wmu
 
 	ctx        context.Context // ends when the connection is dropped: aborts writes and pings
 	stopWriter context.CancelFunc
@@ -460,12 +466,18 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	var r io.Reader = nc
-	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
-		r = io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc)
+	// The library resets the reader onto the connection, keeping only
+	// what is buffered: the bytes read ahead must be in the new buffer.
+	n := brw.Reader.Buffered()
+	ahead, _ := brw.Reader.Peek(n)
+	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(ahead)), nc), max(readBufferSize, n))
+	if n > 0 {
+		if _, err := br.Peek(n); err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
 	}
-	return nc, bufio.NewReadWriter(bufio.NewReaderSize(r, readBufferSize), bufio.NewWriterSize(nc, writeBufferSize)), nil
+	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufferSize)), nil
 }
 
 // serve runs one accepted node stream until it closes.
@@ -663,7 +675,9 @@ func (h *Hub) unregister(c *conn) {
 
 // offer sends snap to c unless c has it or was offered it already, without
 // waiting: a writer goroutine runs while there is something to write, and
-// a version offered while an older one is still waiting replaces it.
+// a version offered while an older one is still waiting replaces it. A
+// node offered more than behindLimit versions while one write to it is in
+// progress is dropped: it reconnects and gets the latest snapshot then.
 func (c *conn) offer(h *Hub, snap *encoded) {
 	for {
 		sent := c.sent.Load()
@@ -678,9 +692,15 @@ func (c *conn) offer(h *Hub, snap *encoded) {
 	c.next = snap
 	start := !c.writing
 	c.writing = true
+	c.behind++
+	behind := c.behind
 	c.wmu.Unlock()
 	if start {
 		go h.write(c)
+	}
+	if behind > behindLimit {
+		h.log.Warn("node too far behind; dropping its connection", "node_id", c.node.ID, "version", snap.version)
+		c.drop(websocket.StatusTryAgainLater, "too far behind; reconnect for the latest snapshot")
 	}
 }
 
@@ -700,6 +720,9 @@ func (h *Hub) write(c *conn) {
 		wctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
 		err := c.ws.Write(wctx, websocket.MessageText, m.data)
 		cancel()
+		c.wmu.Lock()
+		c.behind = 0
+		c.wmu.Unlock()
 		if err != nil {
 			if c.ctx.Err() == nil {
 				h.log.Info("send snapshot failed; dropping the node", "node_id", c.node.ID, "version", m.version, "error", err)
