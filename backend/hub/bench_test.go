@@ -94,12 +94,20 @@ func runFleet(n int, baseURL, tokenFile string) int {
 			for ctx.Err() == nil {
 				if ws != nil {
 					ws.SetReadLimit(wire.MaxMessageBytes)
-					if fleetNode(ctx, ws, id, applied.Load(), ackd) {
+					connected, goingAway := fleetNode(ctx, ws, id, applied.Load(), ackd)
+					if connected {
 						attempt = 0
 					}
+					if goingAway {
+						attempt = -1 // see below
+					}
 				}
-				// enforcer/subscriber's backoff: uniform in [0, min(10 s, 100 ms·2^attempt)].
-				ceiling := min(10*time.Second, 100*time.Millisecond<<min(attempt, 20))
+				// enforcer/subscriber's backoff: uniform in [0, min(10 s, 100 ms·2^attempt)],
+				// or in [0, 5 s] when the console said it is going away.
+				ceiling := min(10*time.Second, 100*time.Millisecond<<min(max(attempt, 0), 20))
+				if attempt < 0 {
+					ceiling, attempt = 5*time.Second, 0
+				}
 				attempt++
 				select {
 				case <-ctx.Done():
@@ -145,8 +153,9 @@ func runFleet(n int, baseURL, tokenFile string) int {
 }
 
 // fleetNode runs one connection of a node that runs version applied; it
-// reports whether it got as far as sending its hello.
-func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, acked func(int64)) bool {
+// reports whether it got as far as sending its hello, and whether the
+// console closed it as going away.
+func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, acked func(int64)) (connected, goingAway bool) {
 	defer ws.CloseNow()
 	send := func(v any) error {
 		data, _ := json.Marshal(v)
@@ -155,7 +164,7 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64
 		return ws.Write(wctx, websocket.MessageText, data)
 	}
 	if err := send(wire.Hello{Type: wire.TypeHello, Protocol: wire.ProtocolVersion, NodeID: id, AppliedVersion: applied, Build: "bench"}); err != nil {
-		return false
+		return false, false
 	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -175,19 +184,19 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64
 	for {
 		_, data, err := ws.Read(ctx)
 		if err != nil {
-			return true
+			return true, websocket.CloseStatus(err) == websocket.StatusGoingAway
 		}
 		var snap wire.Snapshot
 		if err := json.Unmarshal(data, &snap); err != nil {
 			fmt.Fprintf(os.Stderr, "node %s: %v\n", id, err)
-			return true
+			return true, false
 		}
 		if wire.Checksum(snap.Domains) != snap.Checksum {
 			fmt.Fprintf(os.Stderr, "node %s: snapshot %d: bad checksum\n", id, snap.Version)
-			return true
+			return true, false
 		}
 		if err := send(wire.Ack{Type: wire.TypeAck, Version: snap.Version}); err != nil {
-			return true
+			return true, false
 		}
 		acked(snap.Version)
 	}

@@ -56,6 +56,9 @@ const (
 	DefaultPingInterval  = 15 * time.Second
 	DefaultMinBackoff    = 100 * time.Millisecond
 	DefaultMaxBackoff    = 10 * time.Second
+	// restartSpread is the window over which the nodes of a console that
+	// is going away reconnect (at most MaxBackoff).
+	restartSpread = 5 * time.Second
 	DefaultStatsInterval = time.Second
 	// writeTimeout bounds sending one message (hello, ack, nack) and one
 	// ping round trip.
@@ -253,6 +256,12 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			attempt = 0
 		}
 		delay := s.backoff(attempt)
+		if connected && websocket.CloseStatus(err) == websocket.StatusGoingAway {
+			// The console is shutting down and tells all its nodes at
+			// once: spread their reconnects over restartSpread, or ten
+			// thousand nodes arrive within the first 100 ms.
+			delay = rand.N(min(restartSpread, s.cfg.MaxBackoff) + 1)
+		}
 		attempt++
 		s.log.WarnContext(ctx, "console subscription lost; reconnecting",
 			"console_url", target, "next_console_url", s.urls[next], "retry_in", delay.Round(time.Millisecond).String(), "error", err)
