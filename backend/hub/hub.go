@@ -19,7 +19,7 @@
 // (rollout.go).
 //
 // Sized for thousands of nodes per replica (BENCHMARKS.md: 10,000 nodes
-// at under 20 KiB of console memory each). A connection holds one reader
+// at about 25 KiB of console memory each). A connection holds one reader
 // goroutine, started fresh after the upgrade so that it does not keep the
 // HTTP handler's deep stack, plus the websocket library's own timeout
 // goroutine. Nothing else waits per node: a snapshot is written by a
