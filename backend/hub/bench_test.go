@@ -92,21 +92,20 @@ func runFleet(n int, baseURL, tokenFile string) int {
 			}
 			attempt := 0
 			for ctx.Err() == nil {
+				goingAway := false
 				if ws != nil {
 					ws.SetReadLimit(wire.MaxMessageBytes)
-					connected, goingAway := fleetNode(ctx, ws, id, applied.Load(), ackd)
+					var connected bool
+					connected, goingAway = fleetNode(ctx, ws, id, applied.Load(), ackd)
 					if connected {
 						attempt = 0
-					}
-					if goingAway {
-						attempt = -1 // see below
 					}
 				}
 				// enforcer/subscriber's backoff: uniform in [0, min(10 s, 100 ms·2^attempt)],
 				// or in [0, 5 s] when the console said it is going away.
-				ceiling := min(10*time.Second, 100*time.Millisecond<<min(max(attempt, 0), 20))
-				if attempt < 0 {
-					ceiling, attempt = 5*time.Second, 0
+				ceiling := min(10*time.Second, 100*time.Millisecond<<min(attempt, 20))
+				if goingAway {
+					ceiling = 5 * time.Second
 				}
 				attempt++
 				select {

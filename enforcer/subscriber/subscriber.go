@@ -227,8 +227,10 @@ func (s *Subscriber) touch() { s.lastContact.Store(time.Now().UnixNano()) }
 // Run keeps the subscription up until ctx is done. After each failure it
 // moves to the next console replica and waits with exponential backoff
 // and full jitter; the backoff restarts after a connection that got as far
-// as sending Hello (unless the console then refused the node). It returns
-// nil when ctx ends.
+// as sending Hello (unless the console then refused the node). A console
+// that closes with "going away" (shutting down) tells all its nodes at
+// once, so the first redial after it is drawn from [0, 5 s] (at most
+// MaxBackoff) instead. It returns nil when ctx ends.
 func (s *Subscriber) Run(ctx context.Context) error {
 	attempt, next := 0, 0
 	for {
