@@ -51,14 +51,15 @@ import (
 // StreamPath is the console's node subscription endpoint.
 const StreamPath = "/api/v1/nodes/stream"
 
+// restartSpread is the window over which the nodes of a console that is
+// going away reconnect (at most MaxBackoff).
+const restartSpread = 5 * time.Second
+
 // Timing defaults.
 const (
 	DefaultPingInterval  = 15 * time.Second
 	DefaultMinBackoff    = 100 * time.Millisecond
 	DefaultMaxBackoff    = 10 * time.Second
-	// restartSpread is the window over which the nodes of a console that
-	// is going away reconnect (at most MaxBackoff).
-	restartSpread = 5 * time.Second
 	DefaultStatsInterval = time.Second
 	// writeTimeout bounds sending one message (hello, ack, nack) and one
 	// ping round trip.
