@@ -15,11 +15,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"nhooyr.io/websocket"
 
@@ -36,8 +42,13 @@ const fleetEnv = "SLUICE_HUB_BENCH_FLEET"
 // runFleet connects n nodes speaking the real protocol: each decodes every
 // snapshot, verifies its checksum, acks it and sends stats every second.
 // When all n acked a version, it prints "acked VERSION UNIX_NANOS" with
-// the time of the last ack. It runs until its stdin closes.
+// the time of the last ack. A node whose connection ends reconnects the
+// way enforcer/subscriber does (exponential backoff with full jitter from
+// 100 ms to 10 s, restarting after a connection that got as far as its
+// hello), and every second with dial attempts the fleet prints
+// "attempts UNIX_SECOND COUNT". It runs until its stdin closes.
 func runFleet(n int, baseURL, tokenFile string) int {
+	raiseFileLimit()
 	// One node token per node: a token is bound to one node id.
 	data, err := os.ReadFile(tokenFile)
 	if err != nil {
@@ -56,34 +67,80 @@ func runFleet(n int, baseURL, tokenFile string) int {
 		at      int64
 	}
 	acks := make(chan ack, n)
-	failed := make(chan error, n)
-	sem := make(chan struct{}, 32) // connect a few at a time
+	var attempts sync.Map // unix second → *atomic.Int64
+	attempted := func() {
+		sec := time.Now().Unix()
+		v, _ := attempts.LoadOrStore(sec, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+	}
+	sem := make(chan struct{}, 32) // the first connections: a few at a time
 	for i := range n {
 		sem <- struct{}{}
+		attempted()
 		ws, _, err := dialWS(ctx, baseURL, tokens[i])
 		<-sem
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "node %d: dial: %v\n", i, err)
 			return 1
 		}
-		ws.SetReadLimit(wire.MaxMessageBytes)
+		id := fmt.Sprintf("bench-%05d", i)
 		go func() {
-			if err := fleetNode(ctx, ws, fmt.Sprintf("bench-%04d", i), func(v int64) {
+			var applied atomic.Int64
+			ackd := func(v int64) {
+				applied.Store(v)
 				acks <- ack{v, time.Now().UnixNano()}
-			}); err != nil && ctx.Err() == nil {
-				failed <- fmt.Errorf("node %d: %w", i, err)
+			}
+			attempt := 0
+			for ctx.Err() == nil {
+				goingAway := false
+				if ws != nil {
+					ws.SetReadLimit(wire.MaxMessageBytes)
+					var connected bool
+					connected, goingAway = fleetNode(ctx, ws, id, applied.Load(), ackd)
+					if connected {
+						attempt = 0
+					}
+				}
+				// enforcer/subscriber's backoff: uniform in [0, min(10 s, 100 ms·2^attempt)],
+				// or in [0, 5 s] when the console said it is going away.
+				ceiling := min(10*time.Second, 100*time.Millisecond<<min(attempt, 20))
+				if goingAway {
+					ceiling = 5 * time.Second
+				}
+				attempt++
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(rand.N(ceiling + 1)):
+				}
+				attempted()
+				ws, _, err = dialWS(ctx, baseURL, tokens[i])
+				if err != nil {
+					ws = nil
+				}
 			}
 		}()
 	}
 	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for range t.C {
+			now := time.Now().Unix()
+			attempts.Range(func(k, v any) bool {
+				if sec := k.(int64); sec < now {
+					fmt.Printf("attempts %d %d\n", sec, v.(*atomic.Int64).Load())
+					attempts.Delete(k)
+				}
+				return true
+			})
+		}
+	}()
 	count := map[int64]int{}
 	for {
 		select {
 		case <-ctx.Done():
 			return 0
-		case err := <-failed:
-			fmt.Fprintln(os.Stderr, err)
-			return 1
 		case a := <-acks:
 			count[a.version]++
 			if count[a.version] == n {
@@ -94,7 +151,10 @@ func runFleet(n int, baseURL, tokenFile string) int {
 	}
 }
 
-func fleetNode(ctx context.Context, ws *websocket.Conn, id string, acked func(int64)) error {
+// fleetNode runs one connection of a node that runs version applied; it
+// reports whether it got as far as sending its hello, and whether the
+// console closed it as going away.
+func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, acked func(int64)) (connected, goingAway bool) {
 	defer ws.CloseNow()
 	send := func(v any) error {
 		data, _ := json.Marshal(v)
@@ -102,16 +162,18 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, acked func(in
 		defer cancel()
 		return ws.Write(wctx, websocket.MessageText, data)
 	}
-	if err := send(wire.Hello{Type: wire.TypeHello, Protocol: wire.ProtocolVersion, NodeID: id, Build: "bench"}); err != nil {
-		return err
+	if err := send(wire.Hello{Type: wire.TypeHello, Protocol: wire.ProtocolVersion, NodeID: id, AppliedVersion: applied, Build: "bench"}); err != nil {
+		return false, false
 	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
 	go func() {
 		time.Sleep(rand.N(time.Second))
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-sctx.Done():
 				return
 			case <-t.C:
 				send(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000, Rules: []wire.RuleStats{{Domain: "api", Rule: "per-key", Allowed: 900, Limited: 100}}})
@@ -121,19 +183,31 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, acked func(in
 	for {
 		_, data, err := ws.Read(ctx)
 		if err != nil {
-			return err
+			return true, websocket.CloseStatus(err) == websocket.StatusGoingAway
 		}
 		var snap wire.Snapshot
 		if err := json.Unmarshal(data, &snap); err != nil {
-			return err
+			fmt.Fprintf(os.Stderr, "node %s: %v\n", id, err)
+			return true, false
 		}
 		if wire.Checksum(snap.Domains) != snap.Checksum {
-			return fmt.Errorf("snapshot %d: bad checksum", snap.Version)
+			fmt.Fprintf(os.Stderr, "node %s: snapshot %d: bad checksum\n", id, snap.Version)
+			return true, false
 		}
 		if err := send(wire.Ack{Type: wire.TypeAck, Version: snap.Version}); err != nil {
-			return err
+			return true, false
 		}
 		acked(snap.Version)
+	}
+}
+
+// raiseFileLimit lifts the open-file limit to its hard maximum: ten
+// thousand connections need ten thousand descriptors on each side.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 	}
 }
 
@@ -143,6 +217,23 @@ type fleet struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	acked chan [2]int64 // version, unix nanos of its last ack
+
+	mu       sync.Mutex
+	attempts map[int64]int64 // dial attempts by unix second
+}
+
+// attemptsBetween returns the dial attempts in the whole seconds from
+// from to to, and the most in one second.
+func (f *fleet) attemptsBetween(from, to time.Time) (total, peak int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for sec, n := range f.attempts {
+		if sec >= from.Unix() && sec <= to.Unix() {
+			total += n
+			peak = max(peak, n)
+		}
+	}
+	return total, peak
 }
 
 func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
@@ -161,13 +252,17 @@ func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	f := &fleet{n: n, cmd: cmd, stdin: stdin, acked: make(chan [2]int64, 16)}
+	f := &fleet{n: n, cmd: cmd, stdin: stdin, acked: make(chan [2]int64, 16), attempts: map[int64]int64{}}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			var v, at int64
 			if _, err := fmt.Sscanf(sc.Text(), "acked %d %d", &v, &at); err == nil {
 				f.acked <- [2]int64{v, at}
+			} else if _, err := fmt.Sscanf(sc.Text(), "attempts %d %d", &v, &at); err == nil {
+				f.mu.Lock()
+				f.attempts[v] += at
+				f.mu.Unlock()
 			}
 		}
 		close(f.acked)
@@ -179,7 +274,7 @@ func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
 // ack.
 func (f *fleet) wait(b *testing.B, v int64) time.Time {
 	b.Helper()
-	timeout := time.After(2 * time.Minute)
+	timeout := time.After(5 * time.Minute)
 	for {
 		select {
 		case a, ok := <-f.acked:
@@ -190,7 +285,7 @@ func (f *fleet) wait(b *testing.B, v int64) time.Time {
 				return time.Unix(0, a[1])
 			}
 		case <-timeout:
-			b.Fatalf("%d nodes did not all ack version %d within 2 minutes", f.n, v)
+			b.Fatalf("%d nodes did not all ack version %d within 5 minutes", f.n, v)
 		}
 	}
 }
@@ -200,24 +295,42 @@ func (f *fleet) stop() {
 	f.cmd.Wait()
 }
 
-// heapAndStacks is the memory this process holds after a collection.
-func heapAndStacks() uint64 {
-	runtime.GC()
+// heapAndStacks is the memory this process holds after collections (a
+// few: each may shrink goroutine stacks by half), and the part of it in
+// goroutine stacks.
+func heapAndStacks() (total, stacks uint64) {
 	var m runtime.MemStats
+	for range 3 {
+		runtime.GC()
+	}
 	runtime.ReadMemStats(&m)
-	return m.HeapInuse + m.StackInuse
+	return m.HeapInuse + m.StackInuse, m.StackInuse
 }
 
+// fleetSizes are BenchmarkPush's fleets.
+var fleetSizes = []int{1, 10, 100, 1000, 10000}
+
 // BenchmarkPush measures rule push from one console to 1 (the baseline),
-// 10, 100 and 1,000 lightweight nodes in a child process: per publish, the time from the
-// commit of the version to the last node's ack, with the version travelling
-// the multi-replica way (the publish commits in this process, the console
-// learns of it by LISTEN/NOTIFY). Each node verifies the snapshot's
-// checksum before acking and sends stats every second. It reports p50, p99
-// and max over the b.N publishes (use -benchtime=NNx), and the console's
-// heap and stack memory per connected node.
+// 10, 100, 1,000 and 10,000 lightweight nodes in a child process: per
+// publish, the time from the commit of the version to the last node's ack,
+// with the version travelling the multi-replica way (the publish commits in
+// this process, the console learns of it by LISTEN/NOTIFY). Each node
+// verifies the snapshot's checksum before acking and sends stats every
+// second. It reports p50, p99 and max over the b.N publishes (use
+// -benchtime=NNx), and the console's heap and stack memory per connected
+// node (the nodes live in the child process, so this process holds only
+// the console, and the benchmark's own store).
+//
+// restart/nodes=N restarts the console under a connected fleet b.N times
+// (graceful shutdown, a version published while it is down, a new console
+// on the same address) and reports the time from the shutdown to the last
+// node's ack of that version, the time the console was down, and the dial
+// attempts reaching its address: the most in one second, and the total per
+// node.
 func BenchmarkPush(b *testing.B) {
+	raiseFileLimit()
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	dbURL := testenv.PostgresURL(b)
 	st, err := store.Open(ctx, dbURL)
 	if err != nil {
@@ -225,31 +338,43 @@ func BenchmarkPush(b *testing.B) {
 	}
 	b.Cleanup(func() { st.Close() })
 	// Node i of a fleet uses line i of tokenFile.
-	var tokens strings.Builder
-	for i := range 1000 {
-		_, token, err := st.CreateToken(ctx, fmt.Sprintf("bench-%04d", i), store.RoleNode, nil, store.Actor{Name: "bench"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		fmt.Fprintln(&tokens, token)
+	tokens := make([]string, slices.Max(fleetSizes))
+	var g errgroup.Group
+	g.SetLimit(4)
+	for i := range tokens {
+		g.Go(func() error {
+			_, token, err := st.CreateToken(ctx, fmt.Sprintf("bench-%05d", i), store.RoleNode, nil, store.Actor{Name: "bench"})
+			tokens[i] = token
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
 	}
 	tokenFile := filepath.Join(b.TempDir(), "tokens")
-	if err := os.WriteFile(tokenFile, []byte(tokens.String()), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(strings.Join(tokens, "\n")), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	addrs, done := make(chan net.Addr, 1), make(chan error, 1)
-	go func() {
-		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: dbURL, AdminPassword: "bench-password"}
-		done <- backend.Run(ctx, cfg, slog.New(slog.DiscardHandler), io.Discard, func(a net.Addr) { addrs <- a })
-	}()
-	var baseURL string
-	select {
-	case a := <-addrs:
-		baseURL = "http://" + a.String()
-	case err := <-done:
-		b.Fatal(err)
+	// startConsole runs a console on listen and returns its URL and a
+	// function that shuts it down gracefully and waits for it.
+	startConsole := func(listen string) (string, func()) {
+		cctx, ccancel := context.WithCancel(ctx)
+		addrs, done := make(chan net.Addr, 1), make(chan error, 1)
+		go func() {
+			cfg := backend.Config{Listen: listen, DatabaseURL: dbURL, AdminPassword: "bench-password"}
+			done <- backend.Run(cctx, cfg, slog.New(slog.DiscardHandler), io.Discard, func(a net.Addr) { addrs <- a })
+		}()
+		select {
+		case a := <-addrs:
+			return "http://" + a.String(), func() { ccancel(); <-done }
+		case err := <-done:
+			ccancel()
+			b.Fatal(err)
+			return "", nil
+		}
 	}
-	b.Cleanup(func() { cancel(); <-done })
+	baseURL, stopConsole := startConsole("127.0.0.1:0")
+	b.Cleanup(func() { stopConsole() })
 
 	version := int64(0)
 	// publish returns the new version and when the publish began: the
@@ -273,7 +398,8 @@ func BenchmarkPush(b *testing.B) {
 		return v, start
 	}
 	publish()
-	base := heapAndStacks()
+	base, baseStacks := heapAndStacks()
+	baseGoroutines := runtime.NumGoroutine()
 
 	var current *fleet
 	b.Cleanup(func() {
@@ -281,18 +407,31 @@ func BenchmarkPush(b *testing.B) {
 			current.stop()
 		}
 	})
-	for _, n := range []int{1, 10, 100, 1000} {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			// The fleet outlives the probing run with b.N = 1.
-			if current == nil || current.n != n {
-				if current != nil {
-					current.stop()
-				}
-				current = startFleet(b, n, baseURL, tokenFile)
-				current.wait(b, version) // each node got the latest on connect
+	useFleet := func(b *testing.B, n int) {
+		// The fleet outlives the probing run with b.N = 1.
+		if current == nil || current.n != n {
+			if current != nil {
+				current.stop()
 			}
-			held := heapAndStacks()
+			current = startFleet(b, n, baseURL, tokenFile)
+			current.wait(b, version) // each node got the latest on connect
+		}
+	}
+	for _, n := range fleetSizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			useFleet(b, n)
+			held, stacks := heapAndStacks()
 			perNode := float64(held-min(base, held)) / float64(n)
+			stackPerNode := float64(stacks-min(baseStacks, stacks)) / float64(n)
+			goroutines := float64(runtime.NumGoroutine()-baseGoroutines) / float64(n)
+			if path := os.Getenv("SLUICE_HUB_BENCH_HEAP"); path != "" {
+				// A heap profile with the fleet connected (-memprofile is
+				// written after it left).
+				if f, err := os.Create(fmt.Sprintf("%s.%d", path, n)); err == nil {
+					pprof.WriteHeapProfile(f)
+					f.Close()
+				}
+			}
 
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
@@ -301,16 +440,47 @@ func BenchmarkPush(b *testing.B) {
 				lat = append(lat, current.wait(b, v).Sub(began))
 			}
 			b.StopTimer()
-			slices.Sort(lat)
-			q := func(p float64) float64 {
-				i := int(float64(len(lat))*p+0.5) - 1
-				return float64(lat[max(0, min(i, len(lat)-1))].Microseconds()) / 1000
-			}
 			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(q(0.50), "p50-ms")
-			b.ReportMetric(q(0.99), "p99-ms")
-			b.ReportMetric(q(1), "max-ms")
+			b.ReportMetric(quantile(lat, 0.50), "p50-ms")
+			b.ReportMetric(quantile(lat, 0.99), "p99-ms")
+			b.ReportMetric(quantile(lat, 1), "max-ms")
 			b.ReportMetric(perNode/1024, "KiB/node")
+			b.ReportMetric(stackPerNode/1024, "stack-KiB/node")
+			b.ReportMetric(goroutines, "goroutines/node")
 		})
 	}
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("restart/nodes=%d", n), func(b *testing.B) {
+			useFleet(b, n)
+			listen := strings.TrimPrefix(baseURL, "http://")
+			var acked, down []time.Duration
+			var peak, total int64
+			b.ResetTimer()
+			for range b.N {
+				began := time.Now()
+				stopConsole()
+				v, _ := publish() // while the console is down
+				_, stopConsole = startConsole(listen)
+				up := time.Now()
+				last := current.wait(b, v)
+				acked, down = append(acked, last.Sub(began)), append(down, up.Sub(began))
+				time.Sleep(1100 * time.Millisecond) // the fleet prints a second's attempts after it ends
+				t, p := current.attemptsBetween(began, last)
+				total, peak = total+t, max(peak, p)
+			}
+			b.StopTimer()
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(quantile(acked, 0.5)/1000, "all-acked-s")
+			b.ReportMetric(quantile(down, 0.5)/1000, "down-s")
+			b.ReportMetric(float64(peak), "peak-dials/s")
+			b.ReportMetric(float64(total)/float64(n*b.N), "dials/node")
+		})
+	}
+}
+
+// quantile returns the p quantile of d in milliseconds; it sorts d.
+func quantile(d []time.Duration, p float64) float64 {
+	slices.Sort(d)
+	i := int(float64(len(d))*p+0.5) - 1
+	return float64(d[max(0, min(i, len(d)-1))].Microseconds()) / 1000
 }

@@ -18,11 +18,21 @@
 // replica (an advisory lock) judges a rollout's automatic halt every second
 // (rollout.go).
 //
-// Each connection has a reader (the HTTP handler goroutine) and a writer
-// goroutine fed by a small bounded queue. Nothing waits on a node: a node
-// whose queue is full, or whose writes or pings time out, is dropped and
-// catches up with a full snapshot when it reconnects. A snapshot is
-// serialized once per version and the same bytes go to every node.
+// Sized for thousands of nodes per replica (BENCHMARKS.md: 10,000 nodes
+// at about 25 KiB of console memory each). A connection holds one reader
+// goroutine, started fresh after the upgrade so that it does not keep the
+// HTTP handler's deep stack, plus the websocket library's own timeout
+// goroutine. Nothing else waits per node: a snapshot is written by a
+// short-lived goroutine started when one is offered (only the latest
+// offered version is kept; older ones not yet written are skipped), and the
+// keepalive ping is a timer. Nothing waits on a node either: a node whose
+// writes or pings time out, or that is offered behindLimit versions while
+// one write to it is stuck, is dropped and catches up with a full snapshot
+// when it reconnects. A snapshot is serialized once per version and the
+// same bytes go to every node. The compression extension is not negotiated
+// (it would cost a compressor per connection), and the plan a connecting
+// node needs is read from Postgres once per wave of reconnects, not once per
+// node.
 //
 // The registry lives in memory for the nodes of this replica and is written
 // to Postgres in batches by one flusher (every flushInterval, or sooner when
@@ -39,6 +49,8 @@ package hub
 //lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -46,8 +58,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -66,12 +80,13 @@ const (
 	helloTimeout = 10 * time.Second
 	writeTimeout = 10 * time.Second
 	pingInterval = 15 * time.Second
-	// queueSize is how many snapshots may wait for one node; a node further
-	// behind is dropped.
-	queueSize = 8
 
 	// flushInterval is how often registry changes reach Postgres;
 	// flushBatch pending changes trigger a flush before that.
+	// behindLimit is how many versions may be offered to a node while one
+	// write to it is in progress; a node further behind is dropped.
+	behindLimit = 8
+
 	flushInterval = 250 * time.Millisecond
 	flushBatch    = 500
 	// softFlushEvery bounds how often a node's last_seen and rates alone
@@ -110,6 +125,7 @@ type Hub struct {
 	wg      sync.WaitGroup       // Serve calls in progress
 	loadMu  sync.Mutex           // one snapshot load and encode at a time
 	cache   map[int64]*encoded   // by version, the few newest; guarded by loadMu
+	planMu  sync.Mutex           // one plan read for connecting nodes at a time
 	push    atomic.Pointer[plan] // what the nodes should run, as last read
 	gen     atomic.Uint64        // push state reads started
 	pending atomic.Int64         // registry changes since the last flush
@@ -319,13 +335,19 @@ func (h *Hub) changed() {
 type conn struct {
 	ws     *websocket.Conn
 	labels map[string]string // from hello; never changed
-	queue  chan *encoded
-	// sent is the newest version queued for (or already held by) the node;
-	// a version is never queued twice on one connection, so a nacked
+	// sent is the newest version offered to (or already held by) the node;
+	// a version is never offered twice on one connection, so a nacked
 	// version is not pushed again in a loop.
 	sent atomic.Int64
 
+	wmu     sync.Mutex
+	next    *encoded // the latest version offered and not yet written; guarded by wmu
+	writing bool     // a writer goroutine runs; guarded by wmu
+	behind  int      // versions offered since the last write completed; guarded by wmu
+
+	ctx        context.Context // ends when the connection is dropped: aborts writes and pings
 	stopWriter context.CancelFunc
+	pinger     *time.Timer // the next keepalive ping
 	dropOnce   sync.Once
 	cause      closeError    // why the console closed the connection; set once, before dropped
 	dropped    atomic.Bool   // drop was called
@@ -363,6 +385,7 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 		c.cause = closeError{code: code, reason: wire.Cut(reason, 120)}
 		c.dropped.Store(true)
 		c.stopWriter()
+		c.pinger.Stop()
 		go func() {
 			c.ws.Close(code, c.cause.reason)
 			close(c.closed)
@@ -376,9 +399,10 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 func (c *conn) row() store.Node { return c.node }
 
 // Serve upgrades a request authenticated by node token tokenID (as actor)
-// to a node stream and runs it until the node goes away, the node is
-// dropped or the hub stops. The token is bound to the first node id it
-// says hello with and refused for any other (store.ClaimNode).
+// to a node stream and returns; the stream runs in its own goroutine until
+// the node goes away, the node is dropped or the hub stops (Run waits for
+// it). The token is bound to the first node id it says hello with and
+// refused for any other (store.ClaimNode).
 func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor store.Actor) {
 	h.mu.Lock()
 	stopped := h.stopped
@@ -390,17 +414,98 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 		http.Error(w, `{"error":{"code":"unavailable","message":"the console is not accepting nodes"}}`, http.StatusServiceUnavailable)
 		return
 	}
-	defer h.wg.Done()
-
-	ws, err := websocket.Accept(w, r, nil)
+	// Compression stays off (the default, said here so it stays so): a
+	// deflate context per connection would cost more than the snapshots
+	// it saves.
+	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
+		h.wg.Done()
 		return // Accept has written the HTTP error
 	}
 	ws.SetReadLimit(wire.MaxNodeMessageBytes)
-	wctx, stopWriter := context.WithCancel(context.Background())
-	c := &conn{ws: ws, queue: make(chan *encoded, queueSize), stopWriter: stopWriter, closed: make(chan struct{})}
+	// The connection outlives the handler: a fresh goroutine holds a
+	// shallow stack instead of the HTTP server's and the router's frames,
+	// and the request (headers, router context) can be collected.
+	go h.serve(ws, r.RemoteAddr, tokenID, actor)
+}
 
-	err = h.run(wctx, c, r.RemoteAddr, tokenID, actor)
+// Buffer sizes of a node connection: node messages are small (an ack, a
+// stats report), and a snapshot larger than the write buffer goes to the
+// socket directly.
+const (
+	readBufferSize  = 1 << 10
+	writeBufferSize = 2 << 10
+)
+
+// smallBuffers hands the websocket library smaller buffers than the HTTP
+// server's (4 KiB each way, held for the connection's life once hijacked).
+type smallBuffers struct{ http.ResponseWriter }
+
+// WriteHeaderNow makes the library send the handshake response through
+// gin's writer, which delays it otherwise (the library looks for this
+// method).
+func (w smallBuffers) WriteHeaderNow() {
+	if g, ok := w.ResponseWriter.(interface{ WriteHeaderNow() }); ok {
+		g.WriteHeaderNow()
+	}
+}
+
+// Hijack takes over the connection with small buffers; the handshake
+// response still waiting in the server's buffer is sent, and request bytes
+// already read stay readable.
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("connection cannot be hijacked")
+	}
+	nc, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	// The library resets the reader onto the connection, keeping only
+	// what is buffered: the bytes read ahead must be in the new buffer.
+	n := brw.Reader.Buffered()
+	ahead, _ := brw.Reader.Peek(n)
+	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(ahead)), nc), max(readBufferSize, n))
+	if n > 0 {
+		if _, err := br.Peek(n); err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+	}
+	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufferSize)), nil
+}
+
+// serve runs one accepted node stream until it closes.
+func (h *Hub) serve(ws *websocket.Conn, addr string, tokenID int64, actor store.Actor) {
+	wctx, stopWriter := context.WithCancel(context.Background())
+	c := &conn{ws: ws, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
+	// Armed before anyone else sees c; the first ping comes after the
+	// hello deadline.
+	c.pinger = time.AfterFunc(pingInterval, func() { h.ping(c) })
+
+	if err := h.open(c, addr, tokenID, actor); err != nil {
+		h.finish(c, addr, err)
+		return
+	}
+	// The read loop runs for the connection's life on a goroutine of its
+	// own: the hello's database calls grew this one's stack, and a
+	// goroutine keeps its stack while it runs.
+	go func() {
+		err := h.read(context.Background(), c) // reads end when the websocket closes
+		h.unregister(c)
+		h.finish(c, addr, err)
+	}()
+}
+
+// finish closes a connection that ended with err (see open and read) and
+// logs why.
+func (h *Hub) finish(c *conn, addr string, err error) {
+	defer h.wg.Done()
 	var ce closeError
 	if errors.As(err, &ce) {
 		c.drop(ce.code, ce.reason)
@@ -411,7 +516,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 	<-c.closed
 	switch {
 	case c.node.ID == "":
-		h.log.Warn("node refused", "address", r.RemoteAddr, "error", err)
+		h.log.Warn("node refused", "address", addr, "error", err)
 	case err == nil:
 		h.log.Info("node disconnected", "node_id", c.node.ID)
 	default:
@@ -419,11 +524,12 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 	}
 }
 
-// run handles one connection: hello, then the writer goroutine and the
-// read loop. It returns nil when the node closed normally, a closeError
-// when the console must close with a specific code, or another error when
-// the connection failed.
-func (h *Hub) run(wctx context.Context, c *conn, addr string, tokenID int64, actor store.Actor) error {
+// open handles a connection's hello: it binds the token, registers the
+// node and offers it the snapshot it should run. Like read, it returns a
+// closeError when the console must close with a specific code, or another
+// error when the connection failed; the node is registered only when it
+// returns nil.
+func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error {
 	hello, err := readHello(c.ws)
 	if err != nil {
 		return err
@@ -446,13 +552,13 @@ func (h *Hub) run(wctx context.Context, c *conn, addr string, tokenID int64, act
 	if !h.register(c) {
 		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
 	}
-	defer h.unregister(c)
+	registered := h.gen.Load()
 	h.log.Info("node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "address", addr,
 		"build", hello.Build)
 
-	ctx := context.Background() // reads end when the websocket closes
-	pl, err := h.latest(ctx)
+	pl, err := h.planSince(context.Background(), registered)
 	if err != nil {
+		h.unregister(c)
 		h.log.Error("load snapshot for node", "node_id", hello.NodeID, "error", err)
 		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
 	}
@@ -461,14 +567,25 @@ func (h *Hub) run(wctx context.Context, c *conn, addr string, tokenID int64, act
 			"applied_version", hello.AppliedVersion, "latest_version", pl.state.Head)
 	}
 	c.offer(h, pl.forNode(c.labels))
-	werr := make(chan error, 1)
-	go func() { werr <- h.write(wctx, c) }()
-	rerr := h.read(ctx, c)
-	c.stopWriter()
-	if err := <-werr; rerr == nil {
-		rerr = err
+	return nil
+}
+
+// planSince returns what the nodes should run, as read by a read that
+// started after the hub's read counter was at gen (so after the caller
+// registered its connection: a version committed before that is in it, one
+// committed later reaches the connection through Notify). Nodes that
+// connect together share one read: after a console restart, ten thousand
+// hellos cost a few reads, not ten thousand.
+func (h *Hub) planSince(ctx context.Context, gen uint64) (*plan, error) {
+	if p := h.push.Load(); p != nil && p.gen > gen {
+		return p, nil
 	}
-	return rerr
+	h.planMu.Lock()
+	defer h.planMu.Unlock()
+	if p := h.push.Load(); p != nil && p.gen > gen {
+		return p, nil // read by the connection before us
+	}
+	return h.latest(ctx)
 }
 
 // claim binds the node token to nodeID (see store.ClaimNode).
@@ -556,9 +673,11 @@ func (h *Hub) unregister(c *conn) {
 	h.changed()
 }
 
-// offer queues snap for c unless c has it or was sent it already. A node
-// whose queue is full is dropped: it reconnects and gets the latest
-// snapshot then.
+// offer sends snap to c unless c has it or was offered it already, without
+// waiting: a writer goroutine runs while there is something to write, and
+// a version offered while an older one is still waiting replaces it. A
+// node offered more than behindLimit versions while one write to it is in
+// progress is dropped: it reconnects and gets the latest snapshot then.
 func (c *conn) offer(h *Hub, snap *encoded) {
 	for {
 		sent := c.sent.Load()
@@ -569,64 +688,74 @@ func (c *conn) offer(h *Hub, snap *encoded) {
 			break
 		}
 	}
-	select {
-	case c.queue <- snap:
-	default:
+	c.wmu.Lock()
+	c.next = snap
+	start := !c.writing
+	c.writing = true
+	c.behind++
+	behind := c.behind
+	c.wmu.Unlock()
+	if start {
+		go h.write(c)
+	}
+	if behind > behindLimit {
 		h.log.Warn("node too far behind; dropping its connection", "node_id", c.node.ID, "version", snap.version)
 		c.drop(websocket.StatusTryAgainLater, "too far behind; reconnect for the latest snapshot")
 	}
 }
 
-// write sends queued snapshots and keepalive pings until ctx ends.
-func (h *Hub) write(ctx context.Context, c *conn) error {
-	ping := time.NewTicker(pingInterval)
-	defer ping.Stop()
-	pinging := false
-	pong := make(chan error, 1)
+// write sends the offered snapshots until none is waiting, or the
+// connection is dropped. A write that times out drops the node.
+func (h *Hub) write(c *conn) {
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-c.queue:
-			if m.version < c.sent.Load() {
-				continue // a newer version is queued: only the latest matters
-			}
-			wctx, cancel := context.WithTimeout(ctx, writeTimeout)
-			err := c.ws.Write(wctx, websocket.MessageText, m.data)
-			cancel()
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil // dropped while writing
-				}
+		c.wmu.Lock()
+		m := c.next
+		c.next = nil
+		if m == nil || c.ctx.Err() != nil {
+			c.writing = false
+			c.wmu.Unlock()
+			return
+		}
+		c.wmu.Unlock()
+		wctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
+		err := c.ws.Write(wctx, websocket.MessageText, m.data)
+		cancel()
+		c.wmu.Lock()
+		c.behind = 0
+		c.wmu.Unlock()
+		if err != nil {
+			if c.ctx.Err() == nil {
+				h.log.Info("send snapshot failed; dropping the node", "node_id", c.node.ID, "version", m.version, "error", err)
 				c.drop(websocket.StatusTryAgainLater, "write timed out")
-				return fmt.Errorf("send snapshot %d: %w", m.version, err)
 			}
-		case <-ping.C:
-			// A ping waits for its pong; the writer keeps sending meanwhile.
-			if pinging {
-				continue
-			}
-			pinging = true
-			go func() {
-				pctx, cancel := context.WithTimeout(ctx, writeTimeout)
-				defer cancel()
-				pong <- c.ws.Ping(pctx)
-			}()
-		case err := <-pong:
-			pinging = false
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				c.drop(websocket.StatusGoingAway, "ping timed out")
-				return fmt.Errorf("ping: %w", err)
-			}
-			c.mu.Lock()
-			c.node.LastSeen = time.Now().UTC()
-			c.soft = true
-			c.mu.Unlock()
+			c.wmu.Lock()
+			c.writing = false
+			c.wmu.Unlock()
+			return
 		}
 	}
+}
+
+// ping sends a keepalive ping and waits for its pong (writes go on
+// meanwhile), then arms the next one; a ping that times out drops the node.
+// It runs on the pinger timer's goroutine, so a connection holds no
+// goroutine for its keepalive between pings.
+func (h *Hub) ping(c *conn) {
+	pctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
+	err := c.ws.Ping(pctx)
+	cancel()
+	if c.ctx.Err() != nil {
+		return // dropped
+	}
+	if err != nil {
+		c.drop(websocket.StatusGoingAway, "ping timed out")
+		return
+	}
+	c.mu.Lock()
+	c.node.LastSeen = time.Now().UTC()
+	c.soft = true
+	c.mu.Unlock()
+	c.pinger.Reset(pingInterval)
 }
 
 // read handles acks, nacks and stats until the connection closes.

@@ -232,7 +232,7 @@ func TestSlowNodeDropped(t *testing.T) {
 		return nodes["fast"].Status == "connected" && nodes["slow"].Status == "connected"
 	})
 	// Big snapshots fill the socket buffers towards the stuck node quickly;
-	// then its queue fills and it is dropped.
+	// then versions pile up behind a stuck write and it is dropped.
 	padding := "# " + strings.Repeat("x", 1<<20) + "\n"
 	for i := 1; ; i++ {
 		v := e.publish("api", padding+domainYAML("api", i))

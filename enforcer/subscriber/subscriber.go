@@ -51,6 +51,10 @@ import (
 // StreamPath is the console's node subscription endpoint.
 const StreamPath = "/api/v1/nodes/stream"
 
+// restartSpread is the window over which the nodes of a console that is
+// going away reconnect (at most MaxBackoff).
+const restartSpread = 5 * time.Second
+
 // Timing defaults.
 const (
 	DefaultPingInterval  = 15 * time.Second
@@ -224,8 +228,10 @@ func (s *Subscriber) touch() { s.lastContact.Store(time.Now().UnixNano()) }
 // Run keeps the subscription up until ctx is done. After each failure it
 // moves to the next console replica and waits with exponential backoff
 // and full jitter; the backoff restarts after a connection that got as far
-// as sending Hello (unless the console then refused the node). It returns
-// nil when ctx ends.
+// as sending Hello (unless the console then refused the node). A console
+// that closes with "going away" (shutting down) tells all its nodes at
+// once, so the first redial after it is drawn from [0, 5 s] (at most
+// MaxBackoff) instead. It returns nil when ctx ends.
 func (s *Subscriber) Run(ctx context.Context) error {
 	attempt, next := 0, 0
 	for {
@@ -253,6 +259,12 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			attempt = 0
 		}
 		delay := s.backoff(attempt)
+		if connected && websocket.CloseStatus(err) == websocket.StatusGoingAway {
+			// The console is shutting down and tells all its nodes at
+			// once: spread their reconnects over restartSpread, or ten
+			// thousand nodes arrive within the first 100 ms.
+			delay = rand.N(min(restartSpread, s.cfg.MaxBackoff) + 1)
+		}
 		attempt++
 		s.log.WarnContext(ctx, "console subscription lost; reconnecting",
 			"console_url", target, "next_console_url", s.urls[next], "retry_in", delay.Round(time.Millisecond).String(), "error", err)
