@@ -51,6 +51,10 @@ import (
 // StreamPath is the console's node subscription endpoint.
 const StreamPath = "/api/v1/nodes/stream"
 
+// stableSession is how long a session must last for its end to restart
+// the reconnect backoff.
+const stableSession = time.Second
+
 // restartSpread is the window over which the nodes of a console that is
 // going away reconnect (at most MaxBackoff).
 const restartSpread = 5 * time.Second
@@ -228,7 +232,8 @@ func (s *Subscriber) touch() { s.lastContact.Store(time.Now().UnixNano()) }
 // Run keeps the subscription up until ctx is done. After each failure it
 // moves to the next console replica and waits with exponential backoff
 // and full jitter; the backoff restarts after a connection that got as far
-// as sending Hello (unless the console then refused the node). A console
+// as sending Hello and stayed up for a second (unless the console then
+// refused the node). A console
 // that closes with "going away" (shutting down) tells all its nodes at
 // once, so the first redial after it is drawn from [0, 5 s] (at most
 // MaxBackoff) instead. It returns nil when ctx ends.
@@ -237,6 +242,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	for {
 		target := s.urls[next]
 		next = (next + 1) % len(s.urls)
+		began := time.Now()
 		connected, err := s.session(ctx, target)
 		if ctx.Err() != nil {
 			return nil
@@ -255,7 +261,10 @@ func (s *Subscriber) Run(ctx context.Context) error {
 				"console_url", target, "node_id", s.cfg.NodeID)
 			connected = false
 		}
-		if connected {
+		// Only a session that stayed up restarts the backoff: a path that
+		// lets the hello through and then resets every connection (a
+		// broken proxy) would otherwise be redialled at the shortest delay.
+		if connected && time.Since(began) >= stableSession {
 			attempt = 0
 		}
 		delay := s.backoff(attempt)
