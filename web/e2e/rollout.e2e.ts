@@ -127,14 +127,15 @@ describe('staged rollout', () => {
         const canaryRate = await page.getByTestId('canary-rate').innerText();
         const restRate = await page.getByTestId('rest-rate').innerText();
         if (canaryRate !== '100%' || restRate !== '0%') throw new Error(`canary ${canaryRate}, rest ${restRate}`);
+        // The chart draws both lines once each has two seconds (a flat line
+        // at 100% has no height, so it is checked as drawn, not as visible).
+        const canaryPath = (await page.locator('[data-testid=rollout-panel] svg path.canary').getAttribute('d')) ?? '';
+        const restPath = (await page.locator('[data-testid=rollout-panel] svg path.rest').getAttribute('d')) ?? '';
+        if (!/^M[\d.]+,0\.0L/.test(canaryPath) || !/^M[\d.]+,140\.0L/.test(restPath)) throw new Error(`paths ${canaryPath} / ${restPath}`);
       },
       30_000,
-      'the cohort rates on the version page',
+      'the cohort rates and both lines on the version page',
     );
-    // The chart draws both lines (a flat line at 100% has no height, so it
-    // is checked as drawn, not as visible).
-    await expect(page.locator('[data-testid=rollout-panel] svg path.canary').getAttribute('d')).resolves.toMatch(/^M[\d.]+,0\.0L/);
-    await expect(page.locator('[data-testid=rollout-panel] svg path.rest').getAttribute('d')).resolves.toMatch(/^M[\d.]+,140\.0L/);
   });
 
   it('promotes from the history: the Promote button sends the version to every node', async () => {
