@@ -1,14 +1,10 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/cookiejar"
 	"strings"
 	"sync"
 	"testing"
@@ -60,17 +56,18 @@ func TestPreviewPredictsLimited(t *testing.T) {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	log := slog.New(slog.DiscardHandler)
 
-	admin := pvLogin(t, consoletest.Start(t, ctx, &wg, backend.Config{DatabaseURL: testenv.PostgresURL(t), AdminPassword: "preview-password"}, log))
+	base := consoletest.Start(t, ctx, &wg, backend.Config{DatabaseURL: testenv.PostgresURL(t), AdminPassword: "preview-password"}, log)
+	admin := consoletest.Login(t, base, "admin", "preview-password")
 	var tok struct {
 		Token string `json:"token"`
 	}
-	admin.do(t, "POST", "/api/v1/tokens", map[string]string{"name": "pv-node", "role": "node"}, 201, &tok)
+	admin.MustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "pv-node", "role": "node"}, 201, &tok)
 	var pub struct {
 		Version int64 `json:"version"`
 	}
-	admin.do(t, "PUT", "/api/v1/domains/pv", map[string]any{"yaml": pvDomain(100), "message": "high", "base_version": 0}, 200, &pub)
+	admin.MustDo(t, "PUT", "/api/v1/domains/pv", map[string]any{"yaml": pvDomain(100), "message": "high", "base_version": 0}, 200, &pub)
 
-	n, err := node.New(node.Config{ConsoleURL: admin.base, NodeToken: tok.Token, NodeID: "pv-0", RedisURL: testenv.RedisURL(t),
+	n, err := node.New(node.Config{ConsoleURL: base, NodeToken: tok.Token, NodeID: "pv-0", RedisURL: testenv.RedisURL(t),
 		KeyPrefix: testenv.KeyPrefix(t), Log: log, StoreTimeout: 2 * time.Second}) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +94,7 @@ func TestPreviewPredictsLimited(t *testing.T) {
 	lowered := pvDomain(15)
 	var prev previewBody
 	pvWait(t, "the preview to hold every burst", func() bool {
-		admin.do(t, "POST", "/api/v1/preview", map[string]string{"domain": "pv", "yaml": lowered}, 200, &prev)
+		admin.MustDo(t, "POST", "/api/v1/preview", map[string]string{"domain": "pv", "yaml": lowered}, 200, &prev)
 		for _, l := range prev.Limits {
 			if l.Totals.Requests < int64(pvBursts*perBurst) {
 				return false
@@ -110,8 +107,8 @@ func TestPreviewPredictsLimited(t *testing.T) {
 	var cur struct {
 		Version int64 `json:"version"`
 	}
-	admin.do(t, "GET", "/api/v1/domains/pv", nil, 200, &cur)
-	admin.do(t, "PUT", "/api/v1/domains/pv", map[string]any{"yaml": lowered, "message": "lower", "base_version": cur.Version}, 200, &pub)
+	admin.MustDo(t, "GET", "/api/v1/domains/pv", nil, 200, &cur)
+	admin.MustDo(t, "PUT", "/api/v1/domains/pv", map[string]any{"yaml": lowered, "message": "lower", "base_version": cur.Version}, 200, &pub)
 	pvWait(t, "the node to apply the lowered limits", func() bool { return n.Engine.Version() == pub.Version })
 	after := runBursts(t, n.Engine)
 
@@ -148,7 +145,7 @@ func TestPreviewPredictsLimited(t *testing.T) {
 	draft := strings.Replace(lowered, "unit: second, requests_per_unit: 15, name: fixed", "unit: hour, requests_per_unit: 15, name: fixed", 1) +
 		"  - key: fresh\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
 	var other previewBody
-	admin.do(t, "POST", "/api/v1/preview", map[string]string{"domain": "pv", "yaml": draft}, 200, &other)
+	admin.MustDo(t, "POST", "/api/v1/preview", map[string]string{"domain": "pv", "yaml": draft}, 200, &other)
 	if len(other.Limits) != 2 {
 		t.Fatalf("%d limits previewed, want the new one and the hourly one", len(other.Limits))
 	}
@@ -244,55 +241,6 @@ func abs(n int64) int64 {
 		return -n
 	}
 	return n
-}
-
-// pvClient is a signed-in session on a running console.
-type pvClient struct {
-	base, csrf string
-	http       *http.Client
-}
-
-func pvLogin(t *testing.T, base string) *pvClient {
-	t.Helper()
-	jar, _ := cookiejar.New(nil)
-	c := &pvClient{base: base, http: &http.Client{Jar: jar, Timeout: 10 * time.Second}}
-	var out struct {
-		CSRFToken string `json:"csrf_token"`
-	}
-	c.do(t, "POST", "/api/v1/auth/login", map[string]string{"username": "admin", "password": "preview-password"}, 200, &out)
-	c.csrf = out.CSRFToken
-	return c
-}
-
-// do sends body as JSON and decodes the answer into out; it returns the
-// raw answer.
-func (c *pvClient) do(t *testing.T, method, path string, body any, want int, out any) []byte {
-	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, c.base+path, r)
-	req.Header.Set("Content-Type", "application/json")
-	if c.csrf != "" {
-		req.Header.Set("X-CSRF-Token", c.csrf)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, b, want)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-	}
-	return b
 }
 
 func pvWait(t *testing.T, what string, ok func() bool) {

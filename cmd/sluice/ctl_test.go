@@ -41,7 +41,7 @@ func startCtlConsole(t *testing.T) *ctlConsole {
 	var tok struct {
 		Token string `json:"token"`
 	}
-	c.admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "ci", "role": "editor"}, 201, &tok)
+	c.admin.MustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "ci", "role": "editor"}, 201, &tok)
 	c.token = tok.Token
 	c.env = map[string]string{"SLUICE_CONSOLE_URL": c.base, "SLUICE_TOKEN": c.token, "HOME": t.TempDir()}
 	return c
@@ -83,7 +83,7 @@ func (c *ctlConsole) publish(t *testing.T, domain, yaml string, base int64) int6
 	var pub struct {
 		Version int64 `json:"version"`
 	}
-	c.admin.mustDo(t, "PUT", "/api/v1/domains/"+domain, map[string]any{"yaml": yaml, "message": "seed", "base_version": base}, 200, &pub)
+	c.admin.MustDo(t, "PUT", "/api/v1/domains/"+domain, map[string]any{"yaml": yaml, "message": "seed", "base_version": base}, 200, &pub)
 	return pub.Version
 }
 
@@ -302,7 +302,7 @@ func TestCtlApprovalRequired(t *testing.T) {
 	c.publish(t, "api", ctlYAML("api", 1), 0)
 	dir := t.TempDir()
 	c.mustCtl(t, 0, "rules", "export", dir)
-	c.admin.mustDo(t, "PUT", "/api/v1/settings", map[string]any{"require_approval": true}, 200, nil)
+	c.admin.MustDo(t, "PUT", "/api/v1/settings", map[string]any{"require_approval": true}, 200, nil)
 	writeRule(t, filepath.Join(dir, "api.yaml"), ctlYAML("api", 2))
 	writeRule(t, filepath.Join(dir, "web.yaml"), ctlYAML("web", 2))
 	out, _ := c.mustCtl(t, 0, "rules", "apply", dir, "-m", "needs review")
@@ -318,21 +318,21 @@ func TestCtlApprovalRequired(t *testing.T) {
 			} `json:"edits"`
 		} `json:"changes"`
 	}
-	c.admin.mustDo(t, "GET", "/api/v1/changes?status=pending", nil, 200, &changes)
+	c.admin.MustDo(t, "GET", "/api/v1/changes?status=pending", nil, 200, &changes)
 	if len(changes.Changes) != 1 || changes.Changes[0].Kind != "ruleset" || len(changes.Changes[0].Edits) != 2 {
 		t.Fatalf("pending changes: %+v", changes)
 	}
 	// The ci token was created by admin, so admin answers for its change
 	// and may not approve it.
-	c.admin.mustDo(t, "POST", fmt.Sprintf("/api/v1/changes/%d/approve", changes.Changes[0].ID), nil, 403, nil)
+	c.admin.MustDo(t, "POST", fmt.Sprintf("/api/v1/changes/%d/approve", changes.Changes[0].ID), nil, 403, nil)
 	if n := len(c.versions(t)); n != 1 {
 		t.Fatalf("%d versions while the change waits, want 1", n)
 	}
 	// A second person approves: one version; the directory, which now
 	// agrees with the console, catches up without --force.
-	c.admin.mustDo(t, "POST", "/api/v1/users", map[string]string{"username": "bob", "password": "password1", "role": "editor"}, 201, nil)
+	c.admin.MustDo(t, "POST", "/api/v1/users", map[string]string{"username": "bob", "password": "password1", "role": "editor"}, 201, nil)
 	bob := login(t, c.base, "bob", "password1")
-	bob.mustDo(t, "POST", fmt.Sprintf("/api/v1/changes/%d/approve", changes.Changes[0].ID), map[string]string{"message": "lgtm"}, 200, nil)
+	bob.MustDo(t, "POST", fmt.Sprintf("/api/v1/changes/%d/approve", changes.Changes[0].ID), map[string]string{"message": "lgtm"}, 200, nil)
 	if vs := c.versions(t); len(vs) != 2 || strings.Join(vs[0].Domains, ",") != "api,web" {
 		t.Fatalf("after approval: %+v", vs)
 	}
@@ -343,7 +343,7 @@ func TestCtlApprovalRequired(t *testing.T) {
 	var adminTok struct {
 		Token string `json:"token"`
 	}
-	c.admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "root", "role": "admin"}, 201, &adminTok)
+	c.admin.MustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "root", "role": "admin"}, 201, &adminTok)
 	env := map[string]string{"SLUICE_CONSOLE_URL": c.base, "SLUICE_TOKEN": adminTok.Token}
 	writeRule(t, filepath.Join(dir, "web.yaml"), ctlYAML("web", 3))
 	code, out, errOut := runCtlWith(t, env, "rules", "apply", dir, "-m", "urgent", "--break-glass", "INC-1")
@@ -359,7 +359,7 @@ func TestCtlCommands(t *testing.T) {
 	var adminTok struct {
 		Token string `json:"token"`
 	}
-	c.admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "ops", "role": "admin"}, 201, &adminTok)
+	c.admin.MustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "ops", "role": "admin"}, 201, &adminTok)
 	c.env["SLUICE_TOKEN"] = adminTok.Token
 	c.publish(t, "api", ctlYAML("api", 1), 0)
 	c.publish(t, "api", ctlYAML("api", 2), 1)
@@ -655,7 +655,7 @@ func TestCtlImportLyft(t *testing.T) {
 	var snap struct {
 		Domains []struct{ Name, YAML string } `json:"domains"`
 	}
-	c.admin.mustDo(t, "GET", "/api/v1/ruleset", nil, 200, &snap)
+	c.admin.MustDo(t, "GET", "/api/v1/ruleset", nil, 200, &snap)
 	for _, d := range snap.Domains {
 		orig, ok := originals[d.Name]
 		if !ok {

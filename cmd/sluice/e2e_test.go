@@ -3,12 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,7 +43,7 @@ func TestEndToEnd(t *testing.T) {
 		Token string `json:"token"`
 	}
 	for i := range toks {
-		admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": fmt.Sprintf("e2e-%d", i), "role": "node"}, 201, &toks[i])
+		admin.MustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": fmt.Sprintf("e2e-%d", i), "role": "node"}, 201, &toks[i])
 	}
 
 	const burst = 20
@@ -53,7 +51,7 @@ func TestEndToEnd(t *testing.T) {
 	var pub struct {
 		Version int64 `json:"version"`
 	}
-	admin.mustDo(t, "PUT", "/api/v1/domains/e2e", map[string]any{"yaml": domain, "message": "e2e", "base_version": 0}, 200, &pub)
+	admin.MustDo(t, "PUT", "/api/v1/domains/e2e", map[string]any{"yaml": domain, "message": "e2e", "base_version": 0}, 200, &pub)
 
 	nodes := make([]node, 2)
 	for i := range nodes {
@@ -88,7 +86,7 @@ func TestEndToEnd(t *testing.T) {
 				Status         string `json:"status"`
 			} `json:"nodes"`
 		}
-		admin.mustDo(t, "GET", "/api/v1/nodes", nil, 200, &list)
+		admin.MustDo(t, "GET", "/api/v1/nodes", nil, 200, &list)
 		acked := 0
 		for _, n := range list.Nodes {
 			if n.AppliedVersion == pub.Version && n.Status == "connected" {
@@ -168,47 +166,11 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-type client struct {
-	base string
-	http *http.Client
-	csrf string
-}
+// client is a signed-in console session (consoletest.Client).
+type client = consoletest.Client
 
+// login signs user in on the console at base.
 func login(t *testing.T, base, user, password string) *client {
 	t.Helper()
-	jar, _ := cookiejar.New(nil)
-	c := &client{base: base, http: &http.Client{Jar: jar, Timeout: 10 * time.Second}}
-	var out struct {
-		CSRFToken string `json:"csrf_token"`
-	}
-	c.mustDo(t, "POST", "/api/v1/auth/login", map[string]string{"username": user, "password": password}, 200, &out)
-	c.csrf = out.CSRFToken
-	return c
-}
-
-func (c *client) mustDo(t *testing.T, method, path string, body any, want int, out any) {
-	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, c.base+path, r)
-	if c.csrf != "" {
-		req.Header.Set("X-CSRF-Token", c.csrf)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, b, want)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-	}
+	return consoletest.Login(t, base, user, password)
 }

@@ -62,7 +62,7 @@ func (f *rollFleet) start(id string, console int, labels map[string]string) stri
 	var tok struct {
 		Token string `json:"token"`
 	}
-	f.admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "roll-" + id, "role": "node"}, 201, &tok)
+	f.admin.MustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "roll-" + id, "role": "node"}, 201, &tok)
 	ready := make(chan string, 1)
 	f.wg.Add(1)
 	go func() {
@@ -121,7 +121,7 @@ func (f *rollFleet) applied(c *client) map[string]nodeView {
 	var out struct {
 		Nodes []nodeView `json:"nodes"`
 	}
-	c.mustDo(f.t, "GET", "/api/v1/nodes", nil, 200, &out)
+	c.MustDo(f.t, "GET", "/api/v1/nodes", nil, 200, &out)
 	m := map[string]nodeView{}
 	for _, n := range out.Nodes {
 		m[n.ID] = n
@@ -151,7 +151,7 @@ func (f *rollFleet) version(c *client, n int64) versionOut {
 	var out struct {
 		Version versionOut `json:"version"`
 	}
-	c.mustDo(f.t, "GET", fmt.Sprintf("/api/v1/versions/%d", n), nil, 200, &out)
+	c.MustDo(f.t, "GET", fmt.Sprintf("/api/v1/versions/%d", n), nil, 200, &out)
 	return out.Version
 }
 
@@ -173,7 +173,7 @@ func TestStagedRollout(t *testing.T) {
 	var v struct {
 		Version int64 `json:"version"`
 	}
-	f.admin.mustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(rollOpen), "message": "open", "base_version": 0}, 200, &v)
+	f.admin.MustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(rollOpen), "message": "open", "base_version": 0}, 200, &v)
 	v1 := v.Version
 	// The canary is on the replica that does not take the publish: what it
 	// gets comes through Postgres.
@@ -183,7 +183,7 @@ func TestStagedRollout(t *testing.T) {
 	f.enforces(200, "canary-1", "plain-1", "plain-2")
 
 	// Stage v2 (every request limited) to canary=true.
-	f.admin.mustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(rollClosed), "message": "close, canary first",
+	f.admin.MustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(rollClosed), "message": "close, canary first",
 		"base_version": v1, "rollout": map[string]any{"labels": map[string]string{"canary": "true"}}}, 200, &v)
 	v2 := v.Version
 	f.enforces(429, "canary-1")
@@ -219,12 +219,12 @@ func TestStagedRollout(t *testing.T) {
 
 	// While v2 is staged, another publish is refused; promoting a version
 	// that was not staged or does not exist fails.
-	f.admin.mustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(5), "message": "more", "base_version": v2}, 409, nil)
-	f.admin.mustDo(t, "POST", fmt.Sprintf("/api/v1/versions/%d/promote", v1), map[string]string{"message": "x"}, 409, nil)
-	f.admin.mustDo(t, "POST", "/api/v1/versions/999/promote", map[string]string{"message": "x"}, 404, nil)
+	f.admin.MustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(5), "message": "more", "base_version": v2}, 409, nil)
+	f.admin.MustDo(t, "POST", fmt.Sprintf("/api/v1/versions/%d/promote", v1), map[string]string{"message": "x"}, 409, nil)
+	f.admin.MustDo(t, "POST", "/api/v1/versions/999/promote", map[string]string{"message": "x"}, 404, nil)
 
 	// Promote (on the other replica) → every node on v2.
-	other.mustDo(t, "POST", fmt.Sprintf("/api/v1/versions/%d/promote", v2), map[string]string{"message": "canary looks fine"}, 200, &v)
+	other.MustDo(t, "POST", fmt.Sprintf("/api/v1/versions/%d/promote", v2), map[string]string{"message": "canary looks fine"}, 200, &v)
 	if v.Version != v2 {
 		t.Errorf("promote answered version %d, want %d", v.Version, v2)
 	}
@@ -232,7 +232,7 @@ func TestStagedRollout(t *testing.T) {
 	if r := f.version(f.admin, v2).Rollout; r == nil || r.State != "promoted" || r.EndedBy != "user:admin" {
 		t.Errorf("after promote, rollout = %+v", r)
 	}
-	other.mustDo(t, "POST", fmt.Sprintf("/api/v1/versions/%d/promote", v2), map[string]string{"message": "again"}, 409, nil)
+	other.MustDo(t, "POST", fmt.Sprintf("/api/v1/versions/%d/promote", v2), map[string]string{"message": "again"}, 409, nil)
 	if !hasAudit(t, f.admin, "version.promote", "user:admin") {
 		t.Error("no version.promote audit event")
 	}
@@ -242,7 +242,7 @@ func TestStagedRollout(t *testing.T) {
 			Kind    string `json:"kind"`
 		} `json:"markers"`
 	}
-	f.admin.mustDo(t, "GET", "/api/v1/stats/live?domain=roll", nil, 200, &live)
+	f.admin.MustDo(t, "GET", "/api/v1/stats/live?domain=roll", nil, 200, &live)
 	if !slices.ContainsFunc(live.Markers, func(m struct {
 		Version int64  `json:"version"`
 		Kind    string `json:"kind"`
@@ -254,13 +254,13 @@ func TestStagedRollout(t *testing.T) {
 
 	// Open again for everyone, then stage a closing version with an
 	// automatic halt and send traffic everywhere.
-	f.admin.mustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(rollOpen), "message": "open again", "base_version": v2}, 200, &v)
+	f.admin.MustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(rollOpen), "message": "open again", "base_version": v2}, 200, &v)
 	v3 := v.Version
 	f.enforces(200, "canary-1", "canary-2", "plain-1", "plain-2", "plain-3")
 	// A node's next stats report still holds v2's 429s of the seconds
 	// before it applied v3; let those arrive before v4's window opens.
 	time.Sleep(1500 * time.Millisecond)
-	f.admin.mustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(rollClosed), "message": "close again",
+	f.admin.MustDo(t, "PUT", "/api/v1/domains/roll", map[string]any{"yaml": rollDomain(rollClosed), "message": "close again",
 		"base_version": v3, "rollout": map[string]any{"labels": map[string]string{"canary": "true"},
 			"auto_halt": map[string]any{"factor": 3, "min_limited_per_s": 5, "for_s": 2}}}, 200, &v)
 	v4 := v.Version
@@ -306,7 +306,7 @@ func TestStagedRollout(t *testing.T) {
 			RestLimited   int64 `json:"rest_limited"`
 		} `json:"points"`
 	}
-	other.mustDo(t, "GET", fmt.Sprintf("/api/v1/versions/%d/cohorts", v4), nil, 200, &coh)
+	other.MustDo(t, "GET", fmt.Sprintf("/api/v1/versions/%d/cohorts", v4), nil, 200, &coh)
 	var cl, ra, rl int64
 	for _, p := range coh.Points {
 		cl, ra, rl = cl+p.CanaryLimited, ra+p.RestAllowed, rl+p.RestLimited
@@ -315,7 +315,7 @@ func TestStagedRollout(t *testing.T) {
 		t.Logf("points %+v, rollout %+v", coh.Points, r)
 		t.Errorf("cohorts: canary limited %d, rest allowed %d, rest limited %d; want >0, >0, 0", cl, ra, rl)
 	}
-	other.mustDo(t, "GET", fmt.Sprintf("/api/v1/versions/%d/cohorts", v3), nil, 404, nil)
+	other.MustDo(t, "GET", fmt.Sprintf("/api/v1/versions/%d/cohorts", v3), nil, 404, nil)
 }
 
 // hasAudit reports whether the audit trail has an action by actor.
@@ -327,7 +327,7 @@ func hasAudit(t *testing.T, c *client, action, actor string) bool {
 			Action string `json:"action"`
 		} `json:"events"`
 	}
-	c.mustDo(t, "GET", "/api/v1/audit?action="+action, nil, 200, &out)
+	c.MustDo(t, "GET", "/api/v1/audit?action="+action, nil, 200, &out)
 	for _, e := range out.Events {
 		if e.Action == action && e.Actor == actor {
 			return true

@@ -75,10 +75,10 @@ func TestSecretsNeverLogged(t *testing.T) {
 	var tok struct {
 		Token string `json:"token"`
 	}
-	admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "secret-node", "role": "node"}, 201, &tok)
-	admin.mustDo(t, "PUT", "/api/v1/domains/live", map[string]any{"yaml": liveDomain, "message": "m", "base_version": 0}, 200, nil)
+	admin.MustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": "secret-node", "role": "node"}, 201, &tok)
+	admin.MustDo(t, "PUT", "/api/v1/domains/live", map[string]any{"yaml": liveDomain, "message": "m", "base_version": 0}, 200, nil)
 	var session string
-	for _, c := range admin.http.Jar.Cookies(&url.URL{Scheme: "http", Host: strings.TrimPrefix(base, "http://")}) {
+	for _, c := range admin.HTTP.Jar.Cookies(&url.URL{Scheme: "http", Host: strings.TrimPrefix(base, "http://")}) {
 		session += c.Value
 	}
 	if session == "" {
@@ -110,7 +110,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	}
 	for name, secret := range map[string]string{
 		"admin password": adminPassword, "mistyped password": wrongPassword, "bad bearer token": badToken,
-		"node token": tok.Token, "session cookie": session, "CSRF token": admin.csrf, "database password": dbPassword,
+		"node token": tok.Token, "session cookie": session, "CSRF token": admin.CSRF, "database password": dbPassword,
 	} {
 		if strings.Contains(out, secret) {
 			t.Errorf("the %s is in the logs", name)

@@ -58,9 +58,9 @@ func startLiveFleet(t *testing.T, ctx context.Context, wg *sync.WaitGroup) *live
 		Token string `json:"token"`
 	}, len(f.consoles))
 	for i := range toks {
-		f.admin.mustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": fmt.Sprintf("live-%d", i), "role": "node"}, 201, &toks[i])
+		f.admin.MustDo(t, "POST", "/api/v1/tokens", map[string]string{"name": fmt.Sprintf("live-%d", i), "role": "node"}, 201, &toks[i])
 	}
-	f.admin.mustDo(t, "PUT", "/api/v1/domains/live", map[string]any{"yaml": liveDomain, "message": "live", "base_version": 0}, 200, nil)
+	f.admin.MustDo(t, "PUT", "/api/v1/domains/live", map[string]any{"yaml": liveDomain, "message": "live", "base_version": 0}, 200, nil)
 	for i, console := range f.consoles {
 		ready := make(chan string, 1)
 		wg.Add(1)
@@ -125,7 +125,7 @@ func totals(t *testing.T, c *client, from time.Time) map[string]ruleTotals {
 	var out struct {
 		Rules []ruleTotals `json:"rules"`
 	}
-	c.mustDo(t, "GET", "/api/v1/stats/totals?domain=live&from="+url.QueryEscape(from.UTC().Format(time.RFC3339)), nil, 200, &out)
+	c.MustDo(t, "GET", "/api/v1/stats/totals?domain=live&from="+url.QueryEscape(from.UTC().Format(time.RFC3339)), nil, 200, &out)
 	m := make(map[string]ruleTotals)
 	for _, r := range out.Rules {
 		m[r.Rule] = r
@@ -159,7 +159,7 @@ func TestLiveTrafficFleetWide(t *testing.T) {
 	t.Cleanup(hook.Close)
 
 	f := startLiveFleet(t, ctx, &wg)
-	f.admin.mustDo(t, "PUT", "/api/v1/alerts", map[string]any{
+	f.admin.MustDo(t, "PUT", "/api/v1/alerts", map[string]any{
 		"webhooks":       []map[string]any{{"url": hook.URL, "events": []string{"spike.start", "spike.end"}}},
 		"spike_defaults": map[string]any{"floor_per_s": 5, "factor": 5, "for_s": 2},
 	}, 200, nil)
@@ -204,7 +204,7 @@ func TestLiveTrafficFleetWide(t *testing.T) {
 
 	// The hot key leads the live table, and a publish on one replica is
 	// a marker on the other.
-	f.admin.mustDo(t, "PUT", "/api/v1/domains/live", map[string]any{"yaml": liveDomain + "  - key: extra\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+	f.admin.MustDo(t, "PUT", "/api/v1/domains/live", map[string]any{"yaml": liveDomain + "  - key: extra\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"message": "add extra", "base_version": 1}, 200, nil)
 	type live struct {
 		Rules []struct {
@@ -221,7 +221,7 @@ func TestLiveTrafficFleetWide(t *testing.T) {
 		} `json:"markers"`
 	}
 	var lv live
-	replicaB.mustDo(t, "GET", "/api/v1/stats/live?domain=live", nil, 200, &lv)
+	replicaB.MustDo(t, "GET", "/api/v1/stats/live?domain=live", nil, 200, &lv)
 	var top string
 	for _, r := range lv.Rules {
 		if r.Rule == "blocked" && len(r.TopLimited) > 0 {
