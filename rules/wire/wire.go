@@ -377,6 +377,44 @@ func Decode(data []byte) (any, error) {
 // it: decoding a stats report then scans it once, not twice. Whether the
 // whole message is valid JSON is left to the decode that follows.
 func messageType(data []byte) (string, error) {
+	if typ, ok := plainType(data); ok {
+		return typ, nil
+	}
+	return decodedType(data)
+}
+
+// plainType reads the type of a message in the form json.Marshal writes
+// this package's messages, without a decoder: the "type" member first, a
+// string of lower-case letters and underscores. ok is false for any other
+// form (decodedType reads those, with the same result for this one).
+func plainType(data []byte) (typ string, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"type":"`))
+	if !ok {
+		return "", false
+	}
+	for i, b := range rest {
+		switch {
+		case b == '"':
+			// A known type without allocating a copy (a map lookup by
+			// string(bytes) copies nothing).
+			if typ, known := knownTypes[string(rest[:i])]; known {
+				return typ, true
+			}
+			return string(rest[:i]), true
+		case b != '_' && (b < 'a' || b > 'z'):
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// knownTypes maps each message type to itself, so that plainType returns
+// the constant rather than a copy.
+var knownTypes = map[string]string{TypeHello: TypeHello, TypeSnapshot: TypeSnapshot, TypeAck: TypeAck,
+	TypeNack: TypeNack, TypeStats: TypeStats, TypeQuota: TypeQuota, TypeQuotaAck: TypeQuotaAck}
+
+// decodedType is messageType with a JSON decoder.
+func decodedType(data []byte) (string, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil {
 		return "", err
