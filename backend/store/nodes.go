@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/bits"
 	"strings"
 	"time"
 
@@ -86,9 +85,11 @@ func (nodeRow) TableName() string { return "nodes" }
 var nodeColumns = []string{"id", "applied_version", "status", "labels", "build", "address", "protocol",
 	"connected_since", "last_seen", "nack_version", "nack_error", "nacked_at", "session_id", "console_id", "rates"}
 
-// saveNodesBatch bounds the rows of one INSERT (Postgres allows 65535
-// parameters per statement).
-const saveNodesBatch = 1000
+// saveNodesBatch bounds the rows of one INSERT, and so the rows written
+// one by one when Postgres refuses a statement for its content, and the
+// buffer each pooled connection keeps for the largest statement it sent
+// (about 100 KB).
+const saveNodesBatch = 250
 
 // RefusedNodesError is returned by SaveNodes when Postgres refused some rows
 // for their content (a data exception or an integrity violation, SQLSTATE
@@ -134,11 +135,7 @@ func (s *Store) SaveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 	}
 	var refused *RefusedNodesError
 	for start := 0; start < len(rows); {
-		// Chunks of a power-of-two size (or saveNodesBatch): every row count
-		// is a distinct statement, which pgx prepares and caches on each
-		// connection (up to 512), so arbitrary sizes grew the console's heap,
-		// and Postgres's sessions, with node churn (TestConsoleReconnectLoopLeaks).
-		size := min(saveNodesBatch, 1<<(bits.Len(uint(len(rows)-start))-1))
+		size := min(saveNodesBatch, len(rows)-start)
 		chunk := rows[start : start+size]
 		start += size
 		err := s.saveNodes(ctx, chunk, staleAfter)
@@ -180,50 +177,60 @@ func refusedContent(err error) bool {
 		errors.Is(err, gorm.ErrCheckConstraintViolated)
 }
 
+// saveNodesSQL upserts rows given as one array per column: one statement,
+// prepared once per connection, whatever the row count, with 16 parameters
+// rather than 15 per row.
+var saveNodesSQL = func() string {
+	types := []string{"text", "bigint", "text", "jsonb", "text", "text", "integer",
+		"timestamptz", "timestamptz", "bigint", "text", "timestamptz", "text", "text", "jsonb"}
+	arrays := make([]string, len(types))
+	set := make([]string, len(nodeColumns)-1)
+	for i, t := range types {
+		arrays[i] = fmt.Sprintf("$%d::%s[]", i+1, t)
+	}
+	for i, c := range nodeColumns[1:] {
+		set[i] = c + " = EXCLUDED." + c
+	}
+	return "INSERT INTO nodes AS n (" + strings.Join(nodeColumns, ", ") + ")\n" +
+		"SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")\n" +
+		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + `
+	WHERE n.session_id = EXCLUDED.session_id
+		OR n.status <> 'connected'
+		OR n.connected_since IS NULL
+		OR EXCLUDED.connected_since > n.connected_since
+		OR n.last_seen < now() - make_interval(secs => $16)`
+}()
+
 func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {
-	var q strings.Builder
-	q.WriteString("INSERT INTO nodes AS n (" + strings.Join(nodeColumns, ", ") + ") VALUES ")
-	args := make([]any, 0, len(nodes)*len(nodeColumns)+1)
+	k := len(nodes)
+	ids, statuses, labels, builds, addrs := make([]string, k), make([]string, k), make([]string, k), make([]string, k), make([]string, k)
+	nackErrs, sessions, consoles := make([]string, k), make([]string, k), make([]string, k)
+	versions, nackVersions, protocols := make([]int64, k), make([]*int64, k), make([]int32, k)
+	since, seen, nacked := make([]*time.Time, k), make([]time.Time, k), make([]*time.Time, k)
+	rates := make([]*string, k)
 	for i, n := range nodes {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb)")
-		labels := []byte("{}")
+		labels[i] = "{}"
 		if len(n.Labels) > 0 {
 			b, err := json.Marshal(n.Labels)
 			if err != nil {
 				return fmt.Errorf("save node %q: encode labels: %w", n.ID, err)
 			}
-			labels = b
+			labels[i] = string(b)
 		}
-		var rates *string
 		if n.Rates != nil {
 			b, err := json.Marshal(n.Rates)
 			if err != nil {
 				return fmt.Errorf("save node %q: encode rates: %w", n.ID, err)
 			}
-			s := string(b)
-			rates = &s
+			r := string(b)
+			rates[i] = &r
 		}
-		args = append(args, n.ID, n.AppliedVersion, n.Status, string(labels), n.Build, n.Address, n.Protocol,
-			utcPtr(n.ConnectedSince), n.LastSeen.UTC(), n.NackVersion, n.NackError, utcPtr(n.NackedAt),
-			n.Session, n.Console, rates)
+		ids[i], versions[i], statuses[i], builds[i], addrs[i], protocols[i] = n.ID, n.AppliedVersion, n.Status, n.Build, n.Address, int32(n.Protocol)
+		since[i], seen[i], nackVersions[i], nackErrs[i], nacked[i] = utcPtr(n.ConnectedSince), n.LastSeen.UTC(), n.NackVersion, n.NackError, utcPtr(n.NackedAt)
+		sessions[i], consoles[i] = n.Session, n.Console
 	}
-	q.WriteString(" ON CONFLICT (id) DO UPDATE SET ")
-	for i, c := range nodeColumns[1:] {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString(c + " = EXCLUDED." + c)
-	}
-	q.WriteString(` WHERE n.session_id = EXCLUDED.session_id
-		OR n.status <> 'connected'
-		OR n.connected_since IS NULL
-		OR EXCLUDED.connected_since > n.connected_since
-		OR n.last_seen < now() - make_interval(secs => ?)`)
-	args = append(args, staleAfter.Seconds())
-	if err := s.db.WithContext(ctx).Exec(q.String(), args...).Error; err != nil {
+	if _, err := s.sql.ExecContext(ctx, saveNodesSQL, ids, versions, statuses, labels, builds, addrs, protocols,
+		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, staleAfter.Seconds()); err != nil {
 		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
 	}
 	return nil
