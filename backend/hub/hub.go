@@ -58,12 +58,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -75,11 +75,18 @@ import (
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
+// The keepalive: a node that sent nothing for pingInterval is pinged, and
+// dropped when the pong (or a write) takes writeTimeout. A hub takes them
+// when it is made (New); they are variables only so that tests can shorten
+// them.
+var (
+	writeTimeout = 10 * time.Second
+	pingInterval = 15 * time.Second
+)
+
 // Tunables of the push channel.
 const (
 	helloTimeout = 10 * time.Second
-	writeTimeout = 10 * time.Second
-	pingInterval = 15 * time.Second
 
 	// flushInterval is how often registry changes reach Postgres;
 	// flushBatch pending changes trigger a flush before that.
@@ -133,6 +140,12 @@ type Hub struct {
 
 	encodes atomic.Int64 // snapshots serialized, for tests
 
+	pingInterval, writeTimeout time.Duration // see the variables
+
+	decodes      chan *decodeJob // to the decoders Run starts
+	decoding     atomic.Bool     // Run started the decoders
+	decodersStop chan struct{}   // closed when Run stops them
+
 	stats StatsSink // nil: stats reports only feed the node rates
 }
 
@@ -171,6 +184,8 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 	return &Hub{
 		store: st, log: log, id: cmp.Or(host, "console") + "-" + hex.EncodeToString(b),
 		conns: make(map[string]*conn), kick: make(chan struct{}, 1), cache: make(map[int64]*encoded),
+		pingInterval: pingInterval, writeTimeout: writeTimeout, decodes: make(chan *decodeJob),
+		decodersStop: make(chan struct{}),
 	}
 }
 
@@ -191,9 +206,19 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.running = true
 	h.mu.Unlock()
 
-	var bg sync.WaitGroup
+	var bg, decoders sync.WaitGroup
 	bg.Go(func() { h.listen(ctx) })
 	bg.Go(func() { h.watchRollouts(ctx) })
+	// The decoders outlive the connections: they stop after the last
+	// read loop ended.
+	for range runtime.GOMAXPROCS(0) {
+		decoders.Go(h.decodeLoop)
+	}
+	h.decoding.Store(true)
+	defer func() {
+		close(h.decodersStop)
+		decoders.Wait()
+	}()
 	h.flushLoop(ctx)
 	bg.Wait()
 
@@ -276,8 +301,9 @@ func (h *Hub) flush(ctx context.Context, now time.Time) error {
 		conns = append(conns, c)
 	}
 	// A node that reconnected here since its old connection closed is
-	// described by the new connection.
-	batch := make([]store.Node, 0, len(gone)+len(conns))
+	// described by the new connection. (Sized for the gone: most flushes
+	// write a few of the connected rows, not all.)
+	batch := make([]store.Node, 0, len(gone))
 	for _, n := range gone {
 		if _, back := h.conns[n.ID]; !back {
 			batch = append(batch, n)
@@ -358,10 +384,13 @@ type conn struct {
 	dirty     bool      // a change that must be written at the next flush
 	soft      bool      // only last_seen or rates changed
 	persisted time.Time // when the row was last handed to the store
+	heard     time.Time // when the node last sent a message or a pong (for pings)
 	// ranBefore is the version the node ran before it applied its current
 	// one at switchedAt (for stats cohorts).
 	ranBefore  int64
 	switchedAt time.Time
+
+	job decodeJob // the read loop's message at the decoders
 }
 
 // closeError is how and why the console closed a connection.
@@ -429,12 +458,16 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 	go h.serve(ws, r.RemoteAddr, tokenID, actor)
 }
 
-// Buffer sizes of a node connection: node messages are small (an ack, a
-// stats report), and a snapshot larger than the write buffer goes to the
-// socket directly.
+// Buffer sizes of a node connection, held for its life. Node messages
+// are small (an ack, a stats report); a longer one is read past the buffer
+// in one more read. The console writes control frames (ping, pong, close:
+// at most 127 bytes) and snapshots, and a snapshot takes two writes to the
+// socket whatever the buffer's size (the frame header is buffered, the
+// buffer fills and is flushed, the rest goes to the socket directly), so a
+// larger write buffer would cost memory and save nothing.
 const (
-	readBufferSize  = 1 << 10
-	writeBufferSize = 2 << 10
+	readBufferSize  = 256
+	writeBufferSize = 128
 )
 
 // smallBuffers hands the websocket library smaller buffers than the HTTP
@@ -469,9 +502,10 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// The library resets the reader onto the connection, keeping only
 	// what is buffered: the bytes read ahead must be in the new buffer.
 	n := brw.Reader.Buffered()
-	ahead, _ := brw.Reader.Peek(n)
-	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(ahead)), nc), max(readBufferSize, n))
-	if n > 0 {
+	br := bufio.NewReaderSize(nc, readBufferSize)
+	if n > 0 { // the node's hello often comes with the handshake
+		ahead, _ := brw.Reader.Peek(n)
+		br = bufio.NewReaderSize(&aheadReader{ahead: bytes.Clone(ahead), Conn: nc}, max(readBufferSize, n))
 		if _, err := br.Peek(n); err != nil {
 			nc.Close()
 			return nil, nil, err
@@ -480,13 +514,31 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufferSize)), nil
 }
 
+// aheadReader reads the bytes the HTTP server read ahead of the handshake,
+// then the connection; it lets go of those bytes once they are read.
+type aheadReader struct {
+	ahead []byte
+	net.Conn
+}
+
+func (r *aheadReader) Read(p []byte) (int, error) {
+	if len(r.ahead) == 0 {
+		return r.Conn.Read(p)
+	}
+	n := copy(p, r.ahead)
+	if r.ahead = r.ahead[n:]; len(r.ahead) == 0 {
+		r.ahead = nil
+	}
+	return n, nil
+}
+
 // serve runs one accepted node stream until it closes.
 func (h *Hub) serve(ws *websocket.Conn, addr string, tokenID int64, actor store.Actor) {
 	wctx, stopWriter := context.WithCancel(context.Background())
 	c := &conn{ws: ws, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
 	// Armed before anyone else sees c; the first ping comes after the
 	// hello deadline.
-	c.pinger = time.AfterFunc(pingInterval, func() { h.ping(c) })
+	c.pinger = time.AfterFunc(h.pingInterval, func() { h.ping(c) })
 
 	if err := h.open(c, addr, tokenID, actor); err != nil {
 		h.finish(c, addr, err)
@@ -539,12 +591,15 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	if err := h.claim(tokenID, hello.NodeID, actor); err != nil {
 		return err
 	}
-	now := time.Now().UTC()
+	c.mu.Lock() // the pinger may run already
+	c.heard = time.Now()
+	now := c.heard.UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
 		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
 	c.labels = hello.Labels
 	c.dirty = true
+	c.mu.Unlock()
 	c.sent.Store(hello.AppliedVersion)
 
 	// Register before reading the latest version, so that a version
@@ -717,16 +772,22 @@ func (h *Hub) write(c *conn) {
 			return
 		}
 		c.wmu.Unlock()
-		wctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
-		err := c.ws.Write(wctx, websocket.MessageText, m.data)
-		cancel()
+		// The deadline is a timer that drops the node, not a context
+		// derived from c.ctx: each derived context would leave a children
+		// map on c.ctx for the connection's life.
+		deadline := time.AfterFunc(h.writeTimeout, func() {
+			h.log.Info("send snapshot timed out; dropping the node", "node_id", c.node.ID, "version", m.version)
+			c.drop(websocket.StatusTryAgainLater, "write timed out")
+		})
+		err := c.ws.Write(c.ctx, websocket.MessageText, m.data)
+		deadline.Stop()
 		c.wmu.Lock()
 		c.behind = 0
 		c.wmu.Unlock()
 		if err != nil {
 			if c.ctx.Err() == nil {
 				h.log.Info("send snapshot failed; dropping the node", "node_id", c.node.ID, "version", m.version, "error", err)
-				c.drop(websocket.StatusTryAgainLater, "write timed out")
+				c.drop(websocket.StatusTryAgainLater, "write failed")
 			}
 			c.wmu.Lock()
 			c.writing = false
@@ -736,33 +797,66 @@ func (h *Hub) write(c *conn) {
 	}
 }
 
-// ping sends a keepalive ping and waits for its pong (writes go on
-// meanwhile), then arms the next one; a ping that times out drops the node.
-// It runs on the pinger timer's goroutine, so a connection holds no
-// goroutine for its keepalive between pings.
+// ping sends a keepalive ping to a node that sent nothing for
+// pingInterval and waits for its pong (writes go on meanwhile), then arms
+// the next one; a ping that times out drops the node. A node that reports
+// stats every second is never pinged: its messages show it is there. It
+// runs on the pinger timer's goroutine, so a connection holds no goroutine
+// for its keepalive between pings.
 func (h *Hub) ping(c *conn) {
-	pctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
-	err := c.ws.Ping(pctx)
-	cancel()
+	c.mu.Lock()
+	quiet := time.Since(c.heard)
+	c.mu.Unlock()
+	if quiet < h.pingInterval {
+		c.pinger.Reset(h.pingInterval - quiet)
+		return
+	}
+	deadline := time.AfterFunc(h.writeTimeout, func() { c.drop(websocket.StatusGoingAway, "ping timed out") })
+	err := c.ws.Ping(c.ctx)
+	deadline.Stop()
 	if c.ctx.Err() != nil {
 		return // dropped
 	}
 	if err != nil {
-		c.drop(websocket.StatusGoingAway, "ping timed out")
+		c.drop(websocket.StatusGoingAway, "ping failed")
 		return
 	}
 	c.mu.Lock()
-	c.node.LastSeen = time.Now().UTC()
+	c.heard = time.Now()
+	c.node.LastSeen = c.heard.UTC()
 	c.soft = true
 	c.mu.Unlock()
-	c.pinger.Reset(pingInterval)
+	c.pinger.Reset(h.pingInterval)
+}
+
+// readBuffers hold node messages while they are decoded: a connection
+// holds no read buffer of its own between messages, and ten thousand
+// stats reports a second allocate none. Decoded messages share no memory
+// with the buffer.
+var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putReadBuffer returns buf to readBuffers; a rare big one is dropped.
+func putReadBuffer(buf *bytes.Buffer) {
+	if buf != nil && buf.Cap() <= 64<<10 {
+		buf.Reset()
+		readBuffers.Put(buf)
+	}
 }
 
 // read handles acks, nacks and stats until the connection closes.
 func (h *Hub) read(ctx context.Context, c *conn) error {
 	for {
-		typ, data, err := c.ws.Read(ctx)
+		typ, r, err := c.ws.Reader(ctx)
+		if err == nil && typ != websocket.MessageText {
+			return closeError{code: websocket.StatusUnsupportedData, reason: "messages must be JSON text"}
+		}
+		var buf *bytes.Buffer
+		if err == nil {
+			buf = readBuffers.Get().(*bytes.Buffer)
+			_, err = buf.ReadFrom(r)
+		}
 		if err != nil {
+			putReadBuffer(buf)
 			if c.dropped.Load() {
 				return c.cause // the console closed it
 			}
@@ -772,35 +866,91 @@ func (h *Hub) read(ctx context.Context, c *conn) error {
 			}
 			return fmt.Errorf("read: %w", err)
 		}
-		if typ != websocket.MessageText {
-			return closeError{code: websocket.StatusUnsupportedData, reason: "messages must be JSON text"}
-		}
-		msg, err := wire.Decode(data)
-		if errors.Is(err, wire.ErrUnknownType) {
-			// A newer node may send messages this console does not know.
-			h.log.Debug("ignoring unknown message from node", "node_id", c.node.ID, "error", err)
-			continue
+		q, err := h.apply(c, buf)
+		putReadBuffer(buf)
+		if err == nil && q != nil {
+			// On a goroutine of its own, for the same reason as decodeJob:
+			// recording a quota report takes database calls, deep.
+			done := make(chan error, 1)
+			go func() { done <- h.quota(ctx, c, q) }()
+			err = <-done
 		}
 		if err != nil {
-			return closeError{code: websocket.StatusPolicyViolation, reason: "malformed message: " + err.Error()}
-		}
-		if q, ok := msg.(*wire.Quota); ok {
-			if err := h.quota(ctx, c, q); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := h.handle(c, msg); err != nil {
 			return err
 		}
 	}
 }
 
+// decodeJob is one node message handed to the decoders: a connection's
+// read loop waits while its message is decoded and applied elsewhere, so
+// its own stack stays as shallow as reading needs (a decode grew it to
+// 8 KiB, which it kept while parked for the next message: 40 % of what a
+// connection costs the console).
+type decodeJob struct {
+	c     *conn
+	data  *bytes.Buffer
+	quota *wire.Quota // out: a quota report, for the read loop (it writes)
+	err   error       // out
+	done  chan struct{}
+}
+
+// decodeLoop decodes and applies the jobs it receives until Run ends.
+func (h *Hub) decodeLoop() {
+	for {
+		select {
+		case <-h.decodersStop:
+			return
+		case j := <-h.decodes:
+			j.quota, j.err = h.decode(j.c, j.data.Bytes())
+			j.done <- struct{}{}
+		}
+	}
+}
+
+// apply decodes and applies one message of c, on a decoder while Run's
+// decoders run (here otherwise); it returns a quota report for the caller
+// to handle.
+func (h *Hub) apply(c *conn, data *bytes.Buffer) (*wire.Quota, error) {
+	if !h.decoding.Load() {
+		return h.decode(c, data.Bytes())
+	}
+	if c.job.done == nil {
+		c.job = decodeJob{c: c, done: make(chan struct{}, 1)}
+	}
+	c.job.data = data
+	select {
+	case h.decodes <- &c.job:
+		<-c.job.done
+		return c.job.quota, c.job.err
+	case <-h.decodersStop:
+		return h.decode(c, data.Bytes())
+	}
+}
+
+// decode decodes one message of c and applies it, except a quota report,
+// which it returns. Its error is the one to close the connection with.
+func (h *Hub) decode(c *conn, data []byte) (*wire.Quota, error) {
+	msg, err := wire.Decode(data)
+	if errors.Is(err, wire.ErrUnknownType) {
+		// A newer node may send messages this console does not know.
+		h.log.Debug("ignoring unknown message from node", "node_id", c.node.ID, "error", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, closeError{code: websocket.StatusPolicyViolation, reason: "malformed message: " + err.Error()}
+	}
+	if q, ok := msg.(*wire.Quota); ok {
+		return q, nil
+	}
+	return nil, h.handle(c, msg)
+}
+
 // handle applies one message from a node to its registry entry.
 func (h *Hub) handle(c *conn, msg any) error {
-	now := time.Now().UTC()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.heard = time.Now()
+	now := c.heard.UTC()
 	c.node.LastSeen = now
 	c.soft = true
 	switch m := msg.(type) {
@@ -1020,8 +1170,14 @@ func (h *Hub) Notify(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()
-	for _, c := range conns {
+	for i, c := range conns {
 		c.offer(h, p.forNode(c.labels))
+		if i%64 == 63 {
+			// Let the writers just started run before starting more:
+			// ten thousand started at once would each hold a goroutine
+			// descriptor, which the runtime keeps for good.
+			runtime.Gosched()
+		}
 	}
 	return nil
 }

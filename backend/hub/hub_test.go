@@ -13,6 +13,7 @@ import (
 
 	"nhooyr.io/websocket"
 
+	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
@@ -248,4 +249,38 @@ func TestSlowNodeDropped(t *testing.T) {
 		}
 	}
 	_ = slow
+}
+
+// TestKeepalive checks that the console pings only quiet nodes: a node
+// that neither reads (so never answers a ping) nor writes is dropped after
+// the ping interval and timeout, and one that never reads but sends stats
+// stays, as its messages show it is alive.
+func TestKeepalive(t *testing.T) {
+	e := newEnv(t)
+	t.Cleanup(hub.SetKeepalive(200*time.Millisecond, 200*time.Millisecond)) // runs after the console stopped
+	c := e.startConsole()
+	mute := e.connectSilent(c.url, wire.Hello{NodeID: "mute"})
+	talker := e.connectSilent(c.url, wire.Hello{NodeID: "talker"})
+	stats, _ := json.Marshal(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000})
+	stop := make(chan struct{})
+	talking := make(chan struct{})
+	go func() {
+		defer close(talking)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				talker.sendRawLenient(stats)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-talking })
+	_ = mute
+	waitFor(t, "the mute node dropped", func() bool { return e.nodes(c.url)["mute"].Status == "disconnected" })
+	// Ten ping intervals: a ping to the talker would have gone unanswered.
+	time.Sleep(2 * time.Second)
+	if got := e.nodes(c.url)["talker"].Status; got != "connected" {
+		t.Fatalf("the node sending stats is %q, want connected", got)
+	}
 }

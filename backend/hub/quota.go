@@ -39,7 +39,7 @@ func (h *Hub) quota(ctx context.Context, c *conn, q *wire.Quota) error {
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	wctx, cancel := context.WithTimeout(ctx, h.writeTimeout)
 	defer cancel()
 	if err := c.ws.Write(wctx, websocket.MessageText, data); err != nil {
 		return closeError{code: websocket.StatusTryAgainLater, reason: "write timed out"}

@@ -1,0 +1,11 @@
+package hub
+
+import "time"
+
+// SetKeepalive sets the ping interval and the write timeout until the
+// returned function restores them; no console may run meanwhile.
+func SetKeepalive(ping, write time.Duration) (restore func()) {
+	oldPing, oldWrite := pingInterval, writeTimeout
+	pingInterval, writeTimeout = ping, write
+	return func() { pingInterval, writeTimeout = oldPing, oldWrite }
+}
