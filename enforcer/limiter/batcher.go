@@ -43,12 +43,10 @@ type BatchOptions struct {
 	// the client's timeout (WithTimeout), so that a check never waits
 	// longer than that even when Redis is frozen: without it, a Take queued
 	// behind a stuck round trip waited for that one's timeout, then for its
-	// own (twice the timeout). The Take that sends its batch itself waits
-	// for the round trip it sent, which may end up to a tenth of Timeout
-	// after its own deadline (see Batcher). A Take whose time is up before
-	// its batch is sent is not sent. A Take spanning Redis Cluster slots
-	// gets one Timeout for its reservations on every slot together, and,
-	// when one refused, one more for giving back what the others took.
+	// own (twice the timeout). A Take whose time is up before its batch is
+	// sent is not sent. A Take spanning Redis Cluster slots gets one
+	// Timeout for its reservations on every slot together, and, when one
+	// refused, one more for giving back what the others took.
 	Timeout time.Duration
 }
 
@@ -57,27 +55,12 @@ var ErrBatchTimeout = errors.New("limiter: no answer from Redis within the timeo
 
 // Batcher is the node's way to Redis: a Store with Redis's Take semantics
 // that sends concurrent Takes together. It is safe for concurrent use and
-// needs no closing (it keeps no goroutine).
+// needs no closing (it keeps no goroutine while idle).
 //
 // Batching: a Take that arrives while nothing is in flight goes at once;
 // Takes that arrive while round trips are in flight wait up to Window (or
 // until MaxBatch are waiting, or a round trip ends and none is left) and go
 // together in one pipeline.
-//
-// Group commit: the first Take of a batch leads it. It waits for the batch
-// to be due, sends it, reads the reply on its own goroutine and wakes the
-// others, one wakeup each; no other goroutine is involved. The round trip
-// ends by the batch's latest deadline (nobody waits for it after that), so
-// a leader, whose deadline is the batch's earliest, may wait up to a tenth
-// of the Timeout longer than the others; a batch whose deadlines spread
-// wider, or whose leader's context has ended, is sent by a goroutine of its
-// own. A leader whose time is up, or whose context ends, before its batch
-// is sent leaves a goroutine to lead it in its place. On a Redis Cluster
-// every round trip runs on a goroutine of its own, bounded only by the
-// client's timeouts, as a pipeline there must be: go-redis fails every
-// command of a cluster pipeline whose context ends while it retries one
-// node, those other nodes answered included, which would hide what a Take
-// spanning slots reserved from its refund.
 //
 // Coalescing: within a batch, the Takes whose keys share a hash slot (on a
 // standalone Redis: all of them) go as one script call, which decides them
@@ -104,25 +87,11 @@ type Batcher struct {
 	cache       *overLimitCache // nil when disabled
 
 	mu       sync.Mutex
-	queue    []*batch // batches not sent yet, oldest first; only the last may take more calls
-	inflight int      // round trips in flight
-}
-
-// batch is a group of calls sent in one round trip.
-type batch struct {
-	calls  []*takeCall
-	opened time.Time // when its leader arrived: its window runs from then
-	full   bool      // it takes no more calls
-	// kick tells the leader to look again (the batch filled up, or a round
-	// trip ended); buffered, so no kick is lost while the leader is busy.
-	kick chan struct{}
-}
-
-func (bt *batch) wake() {
-	select {
-	case bt.kick <- struct{}{}:
-	default:
-	}
+	pending  []*takeCall
+	inflight int
+	timer    *time.Timer
+	armed    bool // timer is running
+	due      bool // the window of the pending calls has passed
 }
 
 // NewBatcher returns a Batcher sending r's Takes.
@@ -153,6 +122,8 @@ func NewBatcher(r *Redis, opts BatchOptions) *Batcher {
 	case opts.OverLimitEntries > 0:
 		b.cache = newOverLimitCache(opts.OverLimitEntries)
 	}
+	b.timer = time.AfterFunc(time.Hour, b.windowPassed)
+	b.timer.Stop()
 	return b
 }
 
@@ -160,9 +131,8 @@ func NewBatcher(r *Redis, opts BatchOptions) *Batcher {
 // request, in order), batched with the node's other Takes, or from the
 // over-limit cache. An error means no decision was made (Redis unreachable
 // or slow, ctx done, invalid request); the caller's failure mode decides.
-// When ctx ends first, Take returns at once (or, if it is sending its
-// batch, when that round trip ends, within its time), but the Take may
-// still be decided, and count, in Redis.
+// When ctx ends first, Take returns at once, but the Take may still be
+// decided, and count, in Redis.
 func (b *Batcher) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if len(reqs) == 0 {
 		return []Decision{}, nil
@@ -187,225 +157,93 @@ func (b *Batcher) Take(ctx context.Context, reqs []Request) ([]Decision, error) 
 
 // run queues calls and waits for them, at most b.timeout from now in all,
 // or until the earliest deadline a call already carries (the later
-// reservations of a Take spanning slots carry the first one's), or ctx's.
+// reservations of a Take spanning slots carry the first one's).
 func (b *Batcher) run(ctx context.Context, calls []*takeCall) error {
-	now := time.Now()
-	deadline := now.Add(b.timeout)
+	deadline := time.Now().Add(b.timeout)
 	for _, c := range calls {
 		c.done = make(chan struct{})
 		if !c.deadline.IsZero() && c.deadline.Before(deadline) {
 			deadline = c.deadline
 		}
 	}
-	byCtx := false // the deadline is ctx's: ending there is ctx's error
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline, byCtx = d, true
-	}
 	for _, c := range calls {
 		c.deadline = deadline
 	}
 	b.mu.Lock()
-	bt, lead := b.join(calls, now)
-	if !lead {
-		b.mu.Unlock()
-		return wait(ctx, calls, deadline, byCtx)
-	}
-	return b.lead(ctx, bt, calls, deadline, byCtx)
-}
-
-// join adds calls to the open batch, or opens a new one when there is none
-// or they do not fit, and reports whether the caller leads it. b.mu is held.
-func (b *Batcher) join(calls []*takeCall, now time.Time) (*batch, bool) {
-	if n := len(b.queue); n > 0 && !b.queue[n-1].full {
-		last := b.queue[n-1]
-		if len(last.calls)+len(calls) <= b.maxBatch {
-			last.calls = append(last.calls, calls...)
-			if len(last.calls) == b.maxBatch {
-				last.full = true
-				last.wake()
-			}
-			return last, false
-		}
-		last.full = true
-		last.wake()
-	}
-	// A copy: calls may be the start of a longer slice of the caller's.
-	bt := &batch{calls: append(make([]*takeCall, 0, 8), calls...), opened: now, kick: make(chan struct{}, 1)}
-	bt.full = len(bt.calls) >= b.maxBatch
-	b.queue = append(b.queue, bt)
-	return bt, true
-}
-
-// due reports whether bt, first in the queue, may be sent at now: a round
-// trip may start, and nothing is in flight, or bt is full, or its window has
-// passed. b.mu is held.
-func (b *Batcher) due(bt *batch, now time.Time) bool {
-	return b.inflight < b.maxInFlight &&
-		(b.inflight == 0 || bt.full || !now.Before(bt.opened.Add(b.window)))
-}
-
-// lead waits until bt is due, then sends it. mine are the leader's own
-// calls, and deadline is when it stops waiting; a leader with none (mine
-// nil) is a goroutine that took over from a leader that left. b.mu is held
-// on entry, and released.
-func (b *Batcher) lead(ctx context.Context, bt *batch, mine []*takeCall, deadline time.Time, byCtx bool) error {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		now := time.Now()
-		first := b.queue[0] == bt
-		if first && b.due(bt, now) {
-			b.queue[0] = nil
-			b.queue = b.queue[1:]
-			b.inflight++
-			b.wakeFirst()
-			b.mu.Unlock()
-			return b.send(ctx, bt, mine, deadline, byCtx)
-		}
-		// Sleep until kicked (bt is full, or first with a round trip
-		// ended or started), the window passes (when only that holds it
-		// back), or the leader's own time is up.
-		wakeAt := deadline
-		if first && b.inflight < b.maxInFlight {
-			if w := bt.opened.Add(b.window); wakeAt.IsZero() || w.Before(wakeAt) {
-				wakeAt = w
-			}
-		}
-		b.mu.Unlock()
-		var alarm <-chan time.Time
-		if !wakeAt.IsZero() {
-			if timer == nil {
-				timer = time.NewTimer(wakeAt.Sub(now))
-			} else {
-				timer.Reset(wakeAt.Sub(now))
-			}
-			alarm = timer.C
-		}
-		select {
-		case <-bt.kick:
-		case <-alarm:
-		case <-ctx.Done():
-		}
-		if mine != nil && (ctx.Err() != nil || !time.Now().Before(deadline)) {
-			// Leave, and leave the batch a leader: the others' calls (and
-			// ours, until they expire) still go.
-			go func() {
-				b.mu.Lock()
-				_ = b.lead(context.Background(), bt, nil, time.Time{}, false)
-			}()
-			return waitErr(ctx, byCtx)
-		}
-		b.mu.Lock()
-	}
-}
-
-// wakeFirst wakes the leader of the first batch in the queue, which may
-// now be due. b.mu is held.
-func (b *Batcher) wakeFirst() {
-	if len(b.queue) > 0 {
-		b.queue[0].wake()
-	}
-}
-
-// sendSlack is how much earlier than the batch's latest deadline a leader's
-// own may be for it to send the batch itself, bounded by its own deadline.
-// It cuts the wait of the batch's others by at most that much, and only
-// when Redis is about to time out anyway.
-func (b *Batcher) sendSlack() time.Duration { return b.timeout / 10 }
-
-// send sends bt (taken off the queue, its round trip counted in flight),
-// bounded by the latest deadline of its calls still waited for, and wakes
-// its callers: on the leader's goroutine when the leader's context is live
-// and its deadline within sendSlack of that one; else (and on a cluster)
-// on a goroutine of its own, the leader waiting as the others do.
-func (b *Batcher) send(ctx context.Context, bt *batch, mine []*takeCall, deadline time.Time, byCtx bool) error {
-	now := time.Now()
-	live := unexpired(bt.calls, now)
-	var latest time.Time
-	for _, c := range live {
-		if c.deadline.After(latest) {
-			latest = c.deadline
-		}
-	}
-	if mine == nil {
-		b.roundTrip(bt, live, latest)
-		return nil
-	}
-	if b.r.cluster != nil || ctx.Err() != nil || !now.Before(deadline) || deadline.Add(b.sendSlack()).Before(latest) {
-		go b.roundTrip(bt, live, latest)
-		return wait(ctx, mine, deadline, byCtx)
-	}
-	b.roundTrip(bt, live, latest)
-	if ctx.Err() != nil {
-		return waitErr(ctx, byCtx)
-	}
-	return lateErr(ctx, mine, deadline, byCtx)
-}
-
-// roundTrip sends live (the calls of bt still waited for), bounded by until
-// (on a cluster, by the client's timeouts alone: see Batcher), then frees
-// its place in flight, letting the next batch go, and wakes bt's callers.
-// The calls' own contexts are not used: the batch is shared.
-func (b *Batcher) roundTrip(bt *batch, live []*takeCall, until time.Time) {
-	if len(live) > 0 {
-		ctx, cancel := context.Background(), context.CancelFunc(func() {})
-		if b.r.cluster == nil {
-			ctx, cancel = context.WithDeadline(ctx, until)
-		}
-		b.r.exec(ctx, live, b.coalesce)
-		cancel()
-	}
-	b.mu.Lock()
-	b.inflight--
-	b.wakeFirst()
+	b.pending = append(b.pending, calls...)
+	b.dispatch()
 	b.mu.Unlock()
-	for _, c := range bt.calls {
-		close(c.done)
-	}
-}
-
-// wait waits for calls to be decided, until deadline or ctx's end.
-func wait(ctx context.Context, calls []*takeCall, deadline time.Time, byCtx bool) error {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for _, c := range calls {
 		select {
 		case <-c.done:
 		case <-timer.C:
-			return waitErr(ctx, byCtx)
+			return fmt.Errorf("wait for limiter batch: %w", ErrBatchTimeout)
 		case <-ctx.Done():
-			return waitErr(ctx, byCtx)
+			return fmt.Errorf("wait for limiter batch: %w", ctx.Err())
 		}
-	}
-	return lateErr(ctx, calls, deadline, byCtx)
-}
-
-// lateErr is waitErr if a call failed once its deadline had passed: the
-// round trip ended at the batch's latest deadline, which was the caller's
-// (or, for a leader, within sendSlack after it), so the caller reports
-// giving up, as one whose timer fired first does, and its caller treats
-// the calls as possibly still taking (refundLater), not as refused.
-func lateErr(ctx context.Context, calls []*takeCall, deadline time.Time, byCtx bool) error {
-	if firstErr(calls) != nil && !time.Now().Before(deadline) {
-		return waitErr(ctx, byCtx)
 	}
 	return nil
 }
 
-// waitErr is the error of a Take that stopped waiting: ctx's when it ended
-// (or its deadline was the one reached), else the Batcher's timeout.
-func waitErr(ctx context.Context, byCtx bool) error {
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("wait for limiter batch: %w", ctx.Err())
-	case byCtx:
-		return fmt.Errorf("wait for limiter batch: %w", context.DeadlineExceeded)
+// dispatch sends pending calls as the batching policy allows. b.mu is held.
+func (b *Batcher) dispatch() {
+	for batch := b.next(); batch != nil; batch = b.next() {
+		go b.flush(batch)
 	}
-	return fmt.Errorf("wait for limiter batch: %w", ErrBatchTimeout)
+}
+
+// next takes the next batch to send off pending, or returns nil when none
+// may go yet (arming the window timer when calls wait for it). b.mu is held.
+func (b *Batcher) next() []*takeCall {
+	if len(b.pending) == 0 || b.inflight >= b.maxInFlight {
+		return nil
+	}
+	if b.inflight > 0 && len(b.pending) < b.maxBatch && !b.due {
+		if !b.armed {
+			b.armed = true
+			b.timer.Reset(b.window)
+		}
+		return nil
+	}
+	n := min(len(b.pending), b.maxBatch)
+	batch := make([]*takeCall, n)
+	copy(batch, b.pending)
+	rest := copy(b.pending, b.pending[n:])
+	clear(b.pending[rest:])
+	b.pending = b.pending[:rest]
+	b.inflight++
+	b.due = false
+	return batch
+}
+
+func (b *Batcher) windowPassed() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.armed = false
+	b.due = len(b.pending) > 0
+	b.dispatch()
+}
+
+// flush sends one batch, then the next ones while there are any to send:
+// under load one goroutine keeps going, with the stack it has grown,
+// instead of a new goroutine per batch. The calls' own contexts are not
+// used: the batch is shared, and the client's per-call timeouts bound it.
+func (b *Batcher) flush(batch []*takeCall) {
+	for batch != nil {
+		if live := unexpired(batch, time.Now()); len(live) > 0 {
+			b.r.exec(context.Background(), live, b.coalesce)
+		}
+		for _, c := range batch {
+			close(c.done)
+		}
+		b.mu.Lock()
+		b.inflight--
+		batch = b.next()
+		b.dispatch()
+		b.mu.Unlock()
+	}
 }
 
 // unexpired returns the calls of batch whose callers still wait at now,

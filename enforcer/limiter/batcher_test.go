@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -472,119 +471,12 @@ func takeCalls(t *testing.T, r *Redis, takes ...[]Request) []*takeCall {
 	return calls
 }
 
-// waitUntil polls cond (the Batcher's state, read under its lock) until it
-// holds, for tests that must line Takes up behind a round trip in flight.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
-// TestBatcherLeaderLeaves: the Take leading a batch that waits for the
-// round trip in flight leaves as soon as its context ends, cancelled or
-// past its deadline, and the Take that joined its batch is still sent and
-// decided (a goroutine leads the batch in its place). A leader whose time
-// was up before the batch went is not sent.
-func TestBatcherLeaderLeaves(t *testing.T) {
-	for _, how := range []string{"cancelled", "deadline"} {
-		t.Run(how, func(t *testing.T) {
-			srv := testenv.StartRedis(t)
-			c, err := NewClient(srv.URL(), WithTimeout(5*time.Second), WithDialTimeout(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			b := NewBatcher(NewRedis(c), BatchOptions{MaxInFlight: 1, Timeout: 5 * time.Second, OverLimitEntries: -1})
-			req := func(k string) []Request {
-				return []Request{{Key: testKey("lead:", k), Algorithm: rules.FixedWindow, Limit: 10, Period: noBoundary, Hits: 1}}
-			}
-			bg := context.Background()
-			if _, err := b.Take(bg, req("warm")); err != nil {
-				t.Fatal(err)
-			}
-			state := func(f func() bool) func() bool {
-				return func() bool {
-					b.mu.Lock()
-					defer b.mu.Unlock()
-					return f()
-				}
-			}
-
-			// A's round trip is in flight, stuck on a frozen Redis.
-			srv.Signal(syscall.SIGSTOP)
-			thawed := false
-			defer func() {
-				if !thawed {
-					srv.Signal(syscall.SIGCONT)
-				}
-			}()
-			type result struct {
-				ds  []Decision
-				err error
-			}
-			take := func(ctx context.Context, k string) chan result {
-				ch := make(chan result, 1)
-				go func() {
-					ds, err := b.Take(ctx, req(k))
-					ch <- result{ds, err}
-				}()
-				return ch
-			}
-			resA := take(bg, "a")
-			waitUntil(t, "A's round trip in flight", state(func() bool { return b.inflight == 1 && len(b.queue) == 0 }))
-
-			// B leads the next batch, which waits for A's; C joins it.
-			ctxB, cancelB := context.WithCancel(bg)
-			if how == "deadline" {
-				ctxB, cancelB = context.WithTimeout(bg, 300*time.Millisecond)
-			}
-			defer cancelB()
-			resB := take(ctxB, "b")
-			waitUntil(t, "B leading a batch", state(func() bool { return len(b.queue) == 1 }))
-			resC := take(bg, "c")
-			waitUntil(t, "C in B's batch", state(func() bool { return len(b.queue) == 1 && len(b.queue[0].calls) == 2 }))
-
-			want := context.DeadlineExceeded
-			if how == "cancelled" {
-				cancelB()
-				want = context.Canceled
-			}
-			select {
-			case r := <-resB:
-				if !errors.Is(r.err, want) {
-					t.Errorf("B, the leader: %v %v, want %v", r.ds, r.err, want)
-				}
-			case <-time.After(2 * time.Second):
-				t.Fatal("B, the leader, did not leave when its context ended")
-			}
-
-			srv.Signal(syscall.SIGCONT)
-			thawed = true
-			for name, ch := range map[string]chan result{"A": resA, "C": resC} {
-				r := <-ch
-				if r.err != nil || !r.ds[0].Allowed || r.ds[0].Remaining != 9 {
-					t.Errorf("%s: %+v %v, want allowed with 9 remaining", name, r.ds, r.err)
-				}
-			}
-			if how == "deadline" {
-				// B's call was expired when its batch went: not sent.
-				if n, err := c.Exists(bg, stateKey(req("b")[0])).Result(); err != nil || n != 0 {
-					t.Errorf("B's key exists (%d, %v): a Take sent after its deadline", n, err)
-				}
-			}
-		})
-	}
-}
-
 // TestBatcherNoLostWaiter: 64 goroutines take on one key, a third of them
 // with contexts that end while they wait (cancelled, or deadlines of up to
-// 2 ms), through Batchers that hand batches over often (one round trip in
-// flight, batches of at most 4) and through the defaults: every Take whose
-// context stays live is decided, and Redis counts every allowed Take once,
-// plus at most the abandoned ones.
+// 2 ms), through a Batcher that queues many small batches (one round trip
+// in flight, batches of at most 4) and through the defaults: every Take
+// whose context stays live is decided, and Redis counts every allowed Take
+// once, plus at most the abandoned ones.
 func TestBatcherNoLostWaiter(t *testing.T) {
 	r, c, prefix := newTestRedis(t)
 	for i, opts := range []BatchOptions{
