@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -522,5 +523,89 @@ func TestBatcherNoLostWaiter(t *testing.T) {
 		if got < allowed.Load() || got > allowed.Load()+abandoned.Load() {
 			t.Errorf("options %d: Redis counted %d, want %d allowed plus at most %d abandoned", i, got, allowed.Load(), abandoned.Load())
 		}
+	}
+}
+
+// TestBatcherContextDeadlineNotSent: a Take queued behind a round trip in
+// flight whose context's deadline passes returns at its deadline with the
+// context's error, and is not sent when its batch goes; the Take queued
+// with it is.
+func TestBatcherContextDeadlineNotSent(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c, err := NewClient(srv.URL(), WithTimeout(5*time.Second), WithDialTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	b := NewBatcher(NewRedis(c), BatchOptions{MaxInFlight: 1, Timeout: 5 * time.Second, OverLimitEntries: -1})
+	req := func(k string) []Request {
+		return []Request{{Key: testKey("ctxdl:", k), Algorithm: rules.FixedWindow, Limit: 10, Period: noBoundary, Hits: 1}}
+	}
+	bg := context.Background()
+	if _, err := b.Take(bg, req("warm")); err != nil {
+		t.Fatal(err)
+	}
+	state := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			b.mu.Lock()
+			ok := cond()
+			b.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	type result struct {
+		ds  []Decision
+		err error
+	}
+	take := func(ctx context.Context, k string) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			ds, err := b.Take(ctx, req(k))
+			ch <- result{ds, err}
+		}()
+		return ch
+	}
+
+	// A's round trip is in flight, stuck on a frozen Redis; B (with a
+	// deadline) and C queue behind it.
+	srv.Signal(syscall.SIGSTOP)
+	thawed := false
+	defer func() {
+		if !thawed {
+			srv.Signal(syscall.SIGCONT)
+		}
+	}()
+	resA := take(bg, "a")
+	state("A's round trip in flight", func() bool { return b.inflight == 1 && len(b.pending) == 0 })
+	ctxB, cancelB := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancelB()
+	resB := take(ctxB, "b")
+	resC := take(bg, "c")
+	state("B and C queued", func() bool { return len(b.pending) == 2 })
+	select {
+	case r := <-resB:
+		if !errors.Is(r.err, context.DeadlineExceeded) {
+			t.Errorf("B: %v %v, want its context's deadline", r.ds, r.err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("B did not return at its context's deadline")
+	}
+
+	srv.Signal(syscall.SIGCONT)
+	thawed = true
+	for name, ch := range map[string]chan result{"A": resA, "C": resC} {
+		if r := <-ch; r.err != nil || !r.ds[0].Allowed || r.ds[0].Remaining != 9 {
+			t.Errorf("%s: %+v %v, want allowed with 9 remaining", name, r.ds, r.err)
+		}
+	}
+	state("nothing queued or in flight", func() bool { return b.inflight == 0 && len(b.pending) == 0 })
+	if n, err := c.Exists(bg, stateKey(req("b")[0])).Result(); err != nil || n != 0 {
+		t.Errorf("B's key exists (%d, %v): a Take sent after its context's deadline", n, err)
 	}
 }
