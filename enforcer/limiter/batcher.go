@@ -43,10 +43,11 @@ type BatchOptions struct {
 	// the client's timeout (WithTimeout), so that a check never waits
 	// longer than that even when Redis is frozen: without it, a Take queued
 	// behind a stuck round trip waited for that one's timeout, then for its
-	// own (twice the timeout). A Take whose time is up before its batch is
-	// sent is not sent. A Take spanning Redis Cluster slots gets one
-	// Timeout for its reservations on every slot together, and, when one
-	// refused, one more for giving back what the others took.
+	// own (twice the timeout). A Take whose time is up (or whose context's
+	// deadline has passed) before its batch is sent is not sent. A Take
+	// spanning Redis Cluster slots gets one Timeout for its reservations on
+	// every slot together, and, when one refused, one more for giving back
+	// what the others took.
 	Timeout time.Duration
 }
 
@@ -157,7 +158,9 @@ func (b *Batcher) Take(ctx context.Context, reqs []Request) ([]Decision, error) 
 
 // run queues calls and waits for them, at most b.timeout from now in all,
 // or until the earliest deadline a call already carries (the later
-// reservations of a Take spanning slots carry the first one's).
+// reservations of a Take spanning slots carry the first one's), or ctx's:
+// a call whose caller has stopped waiting by the time its batch goes is
+// not sent (see unexpired).
 func (b *Batcher) run(ctx context.Context, calls []*takeCall) error {
 	deadline := time.Now().Add(b.timeout)
 	for _, c := range calls {
@@ -166,6 +169,16 @@ func (b *Batcher) run(ctx context.Context, calls []*takeCall) error {
 			deadline = c.deadline
 		}
 	}
+	// When ctx's deadline comes first, ctx.Done reports it: no timer of
+	// ours, which could fire before ctx.Err is set.
+	var expired <-chan time.Time
+	if d, ok := ctx.Deadline(); ok && !d.After(deadline) {
+		deadline = d
+	} else {
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		expired = timer.C
+	}
 	for _, c := range calls {
 		c.deadline = deadline
 	}
@@ -173,12 +186,17 @@ func (b *Batcher) run(ctx context.Context, calls []*takeCall) error {
 	b.pending = append(b.pending, calls...)
 	b.dispatch()
 	b.mu.Unlock()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
 	for _, c := range calls {
 		select {
 		case <-c.done:
-		case <-timer.C:
+			if expired == nil && errors.Is(c.err, ErrBatchTimeout) {
+				// Not sent, ctx's deadline having passed: ctx reports it
+				// in a moment, and its error is the one to return (the
+				// engine does not blame the store for it).
+				<-ctx.Done()
+				return fmt.Errorf("wait for limiter batch: %w", ctx.Err())
+			}
+		case <-expired:
 			return fmt.Errorf("wait for limiter batch: %w", ErrBatchTimeout)
 		case <-ctx.Done():
 			return fmt.Errorf("wait for limiter batch: %w", ctx.Err())

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -468,4 +470,142 @@ func takeCalls(t *testing.T, r *Redis, takes ...[]Request) []*takeCall {
 		calls = append(calls, c)
 	}
 	return calls
+}
+
+// TestBatcherNoLostWaiter: 64 goroutines take on one key, a third of them
+// with contexts that end while they wait (cancelled, or deadlines of up to
+// 2 ms), through a Batcher that queues many small batches (one round trip
+// in flight, batches of at most 4) and through the defaults: every Take
+// whose context stays live is decided, and Redis counts every allowed Take
+// once, plus at most the abandoned ones.
+func TestBatcherNoLostWaiter(t *testing.T) {
+	r, c, prefix := newTestRedis(t)
+	for i, opts := range []BatchOptions{
+		{MaxInFlight: 1, MaxBatch: 4, OverLimitEntries: -1, Timeout: accuracyTimeout},
+		{OverLimitEntries: -1, Timeout: accuracyTimeout},
+	} {
+		b := NewBatcher(r, opts)
+		req := Request{Key: testKey(prefix, strconv.Itoa(i)), Algorithm: rules.FixedWindow, Limit: 1 << 40, Period: noBoundary, Hits: 1}
+		var allowed, abandoned atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(g), uint64(i)))
+				for range 50 {
+					ctx, cancel := context.Background(), context.CancelFunc(func() {})
+					ends := true
+					switch rng.IntN(6) {
+					case 0:
+						ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(2*time.Millisecond))))
+					case 1:
+						ctx, cancel = context.WithCancel(ctx)
+						time.AfterFunc(time.Duration(rng.Int64N(int64(time.Millisecond))), cancel)
+					default:
+						ends = false
+					}
+					ds, err := b.Take(ctx, []Request{req})
+					cancel()
+					switch {
+					case err == nil && ds[0].Allowed:
+						allowed.Add(1)
+					case ends && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+						abandoned.Add(1)
+					default:
+						t.Errorf("options %d: Take (context ending: %v): %v %v", i, ends, ds, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		got := fwCount(t, c, req.Key)
+		t.Logf("options %d: %d allowed, %d abandoned, %d counted", i, allowed.Load(), abandoned.Load(), got)
+		if got < allowed.Load() || got > allowed.Load()+abandoned.Load() {
+			t.Errorf("options %d: Redis counted %d, want %d allowed plus at most %d abandoned", i, got, allowed.Load(), abandoned.Load())
+		}
+	}
+}
+
+// TestBatcherContextDeadlineNotSent: a Take queued behind a round trip in
+// flight whose context's deadline passes returns at its deadline with the
+// context's error, and is not sent when its batch goes; the Take queued
+// with it is.
+func TestBatcherContextDeadlineNotSent(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c, err := NewClient(srv.URL(), WithTimeout(5*time.Second), WithDialTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	b := NewBatcher(NewRedis(c), BatchOptions{MaxInFlight: 1, Timeout: 5 * time.Second, OverLimitEntries: -1})
+	req := func(k string) []Request {
+		return []Request{{Key: testKey("ctxdl:", k), Algorithm: rules.FixedWindow, Limit: 10, Period: noBoundary, Hits: 1}}
+	}
+	bg := context.Background()
+	if _, err := b.Take(bg, req("warm")); err != nil {
+		t.Fatal(err)
+	}
+	state := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			b.mu.Lock()
+			ok := cond()
+			b.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	type result struct {
+		ds  []Decision
+		err error
+	}
+	take := func(ctx context.Context, k string) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			ds, err := b.Take(ctx, req(k))
+			ch <- result{ds, err}
+		}()
+		return ch
+	}
+
+	// A's round trip is in flight, stuck on a frozen Redis; B (with a
+	// deadline) and C queue behind it.
+	srv.Signal(syscall.SIGSTOP)
+	thawed := false
+	defer func() {
+		if !thawed {
+			srv.Signal(syscall.SIGCONT)
+		}
+	}()
+	resA := take(bg, "a")
+	state("A's round trip in flight", func() bool { return b.inflight == 1 && len(b.pending) == 0 })
+	ctxB, cancelB := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancelB()
+	resB := take(ctxB, "b")
+	resC := take(bg, "c")
+	state("B and C queued", func() bool { return len(b.pending) == 2 })
+	select {
+	case r := <-resB:
+		if !errors.Is(r.err, context.DeadlineExceeded) {
+			t.Errorf("B: %v %v, want its context's deadline", r.ds, r.err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("B did not return at its context's deadline")
+	}
+
+	srv.Signal(syscall.SIGCONT)
+	thawed = true
+	for name, ch := range map[string]chan result{"A": resA, "C": resC} {
+		if r := <-ch; r.err != nil || !r.ds[0].Allowed || r.ds[0].Remaining != 9 {
+			t.Errorf("%s: %+v %v, want allowed with 9 remaining", name, r.ds, r.err)
+		}
+	}
+	state("nothing queued or in flight", func() bool { return b.inflight == 0 && len(b.pending) == 0 })
+	if n, err := c.Exists(bg, stateKey(req("b")[0])).Result(); err != nil || n != 0 {
+		t.Errorf("B's key exists (%d, %v): a Take sent after its context's deadline", n, err)
+	}
 }
