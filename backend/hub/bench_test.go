@@ -4,6 +4,7 @@ package hub_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -121,6 +122,13 @@ func runFleet(n int, baseURL, tokenFile string) int {
 			}
 		}()
 	}
+	if path := os.Getenv("SLUICE_HUB_BENCH_FLEET_CPU"); path != "" {
+		// The fleet's CPU profile, from the moment every node dialled.
+		if f, err := os.Create(path); err == nil {
+			pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
 	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
 	go func() {
 		t := time.NewTicker(time.Second)
@@ -151,6 +159,15 @@ func runFleet(n int, baseURL, tokenFile string) int {
 	}
 }
 
+// fleetStats is every fleet node's stats report: the same each second, so
+// encoded once (the nodes' CPU is not what the benchmark measures, and it
+// shares the machine with the console).
+var fleetStats, _ = json.Marshal(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000,
+	Rules: []wire.RuleStats{{Domain: "api", Rule: "per-key", Allowed: 900, Limited: 100}}})
+
+// fleetBuffers hold the snapshots the fleet's nodes read.
+var fleetBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // fleetNode runs one connection of a node that runs version applied; it
 // reports whether it got as far as sending its hello, and whether the
 // console closed it as going away.
@@ -176,17 +193,26 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				send(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000, Rules: []wire.RuleStats{{Domain: "api", Rule: "per-key", Allowed: 900, Limited: 100}}})
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				ws.Write(wctx, websocket.MessageText, fleetStats)
+				cancel()
 			}
 		}
 	}()
 	for {
-		_, data, err := ws.Read(ctx)
+		_, r, err := ws.Reader(ctx)
 		if err != nil {
 			return true, websocket.CloseStatus(err) == websocket.StatusGoingAway
 		}
+		buf := fleetBuffers.Get().(*bytes.Buffer)
+		buf.Reset()
+		if _, err := buf.ReadFrom(r); err != nil {
+			return true, websocket.CloseStatus(err) == websocket.StatusGoingAway
+		}
 		var snap wire.Snapshot
-		if err := json.Unmarshal(data, &snap); err != nil {
+		err = json.Unmarshal(buf.Bytes(), &snap)
+		fleetBuffers.Put(buf)
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "node %s: %v\n", id, err)
 			return true, false
 		}
@@ -239,7 +265,10 @@ func (f *fleet) attemptsBetween(from, to time.Time) (total, peak int64) {
 func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), fleetEnv+"="+strconv.Itoa(n), "SLUICE_HUB_BENCH_URL="+baseURL, "SLUICE_HUB_BENCH_TOKENS="+tokenFile)
+	// GOGC=400: the fleet is the load generator, and its collections
+	// would take CPU from the console it measures; its memory is not
+	// measured.
+	cmd.Env = append(os.Environ(), "GOGC=400", fleetEnv+"="+strconv.Itoa(n), "SLUICE_HUB_BENCH_URL="+baseURL, "SLUICE_HUB_BENCH_TOKENS="+tokenFile)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -288,6 +317,34 @@ func (f *fleet) wait(b *testing.B, v int64) time.Time {
 			b.Fatalf("%d nodes did not all ack version %d within 5 minutes", f.n, v)
 		}
 	}
+}
+
+// cpu returns the share of one CPU this process and the fleet's used over
+// the next d.
+func (f *fleet) cpu(b *testing.B, d time.Duration) (console, fleet float64) {
+	b.Helper()
+	c0, f0 := cpuTime(os.Getpid()), cpuTime(f.cmd.Process.Pid)
+	time.Sleep(d)
+	c1, f1 := cpuTime(os.Getpid()), cpuTime(f.cmd.Process.Pid)
+	return float64(c1-c0) / float64(d), float64(f1-f0) / float64(d)
+}
+
+// cpuTime returns the user and system CPU time process pid used so far,
+// from /proc (clock ticks of 10 ms); 0 where /proc is not there.
+func cpuTime(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	i := strings.LastIndexByte(string(data), ')')
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 func (f *fleet) stop() {
@@ -434,12 +491,24 @@ func BenchmarkPush(b *testing.B) {
 			}
 
 			lat := make([]time.Duration, 0, b.N)
+			if path := os.Getenv("SLUICE_HUB_BENCH_CPU"); path != "" && b.N > 1 {
+				// The console's CPU profile over the publishes alone.
+				if f, err := os.Create(fmt.Sprintf("%s.%d", path, n)); err == nil {
+					pprof.StartCPUProfile(f)
+					defer func() { pprof.StopCPUProfile(); f.Close() }()
+				}
+			}
+			// Both processes' CPU while the fleet is connected and idle
+			// (stats, pings, registry heartbeats), then over the publishes.
+			idleConsole, idleFleet := current.cpu(b, 3*time.Second)
+			c0, f0 := cpuTime(os.Getpid()), cpuTime(current.cmd.Process.Pid)
 			b.ResetTimer()
 			for range b.N {
 				v, began := publish()
 				lat = append(lat, current.wait(b, v).Sub(began))
 			}
 			b.StopTimer()
+			c1, f1 := cpuTime(os.Getpid()), cpuTime(current.cmd.Process.Pid)
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(quantile(lat, 0.50), "p50-ms")
 			b.ReportMetric(quantile(lat, 0.99), "p99-ms")
@@ -447,6 +516,10 @@ func BenchmarkPush(b *testing.B) {
 			b.ReportMetric(perNode/1024, "KiB/node")
 			b.ReportMetric(stackPerNode/1024, "stack-KiB/node")
 			b.ReportMetric(goroutines, "goroutines/node")
+			b.ReportMetric(100*idleConsole, "idle-console-cpu-%")
+			b.ReportMetric(100*idleFleet, "idle-fleet-cpu-%")
+			b.ReportMetric(float64((c1-c0).Milliseconds())/float64(b.N), "console-cpu-ms/publish")
+			b.ReportMetric(float64((f1-f0).Milliseconds())/float64(b.N), "fleet-cpu-ms/publish")
 		})
 	}
 	for _, n := range []int{1000, 10000} {
