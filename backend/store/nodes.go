@@ -81,9 +81,13 @@ type nodeRow struct {
 
 func (nodeRow) TableName() string { return "nodes" }
 
-// nodeColumns are the columns SaveNodes writes, in order.
-var nodeColumns = []string{"id", "applied_version", "status", "labels", "build", "address", "protocol",
-	"connected_since", "last_seen", "nack_version", "nack_error", "nacked_at", "session_id", "console_id", "rates"}
+// nodeColumns are the columns SaveNodes writes, in order, with their types.
+var nodeColumns = []struct{ name, typ string }{
+	{"id", "text"}, {"applied_version", "bigint"}, {"status", "text"}, {"labels", "jsonb"}, {"build", "text"},
+	{"address", "text"}, {"protocol", "integer"}, {"connected_since", "timestamptz"}, {"last_seen", "timestamptz"},
+	{"nack_version", "bigint"}, {"nack_error", "text"}, {"nacked_at", "timestamptz"}, {"session_id", "text"},
+	{"console_id", "text"}, {"rates", "jsonb"},
+}
 
 // saveNodesBatch bounds the rows of one INSERT, and so the rows written
 // one by one when Postgres refuses a statement for its content, and the
@@ -181,17 +185,16 @@ func refusedContent(err error) bool {
 // prepared once per connection, whatever the row count, with 16 parameters
 // rather than 15 per row.
 var saveNodesSQL = func() string {
-	types := []string{"text", "bigint", "text", "jsonb", "text", "text", "integer",
-		"timestamptz", "timestamptz", "bigint", "text", "timestamptz", "text", "text", "jsonb"}
-	arrays := make([]string, len(types))
-	set := make([]string, len(nodeColumns)-1)
-	for i, t := range types {
-		arrays[i] = fmt.Sprintf("$%d::%s[]", i+1, t)
+	names := make([]string, len(nodeColumns))
+	arrays := make([]string, len(nodeColumns))
+	var set []string
+	for i, c := range nodeColumns {
+		names[i], arrays[i] = c.name, fmt.Sprintf("$%d::%s[]", i+1, c.typ)
+		if i > 0 {
+			set = append(set, c.name+" = EXCLUDED."+c.name)
+		}
 	}
-	for i, c := range nodeColumns[1:] {
-		set[i] = c + " = EXCLUDED." + c
-	}
-	return "INSERT INTO nodes AS n (" + strings.Join(nodeColumns, ", ") + ")\n" +
+	return "INSERT INTO nodes AS n (" + strings.Join(names, ", ") + ")\n" +
 		"SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")\n" +
 		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + `
 	WHERE n.session_id = EXCLUDED.session_id
