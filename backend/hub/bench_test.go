@@ -144,16 +144,24 @@ func runFleet(n int, baseURL, tokenFile string) int {
 			})
 		}
 	}()
-	count := map[int64]int{}
+	count, first, half := map[int64]int{}, map[int64]int64{}, map[int64]int64{}
 	for {
 		select {
 		case <-ctx.Done():
 			return 0
 		case a := <-acks:
 			count[a.version]++
+			if count[a.version] == 1 {
+				first[a.version] = a.at
+			}
+			if count[a.version] == (n+1)/2 {
+				half[a.version] = a.at
+			}
 			if count[a.version] == n {
-				fmt.Printf("acked %d %d\n", a.version, a.at)
+				fmt.Printf("acked %d %d %d %d\n", a.version, a.at, first[a.version], half[a.version])
 				delete(count, a.version)
+				delete(first, a.version)
+				delete(half, a.version)
 			}
 		}
 	}
@@ -173,11 +181,12 @@ var fleetBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // console closed it as going away.
 func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, acked func(int64)) (connected, goingAway bool) {
 	defer ws.CloseNow()
+	// No write deadlines: the console drops a node that stops reading,
+	// and a context with a deadline per message is a timer and a cancel
+	// of the fleet's CPU each.
 	send := func(v any) error {
 		data, _ := json.Marshal(v)
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return ws.Write(wctx, websocket.MessageText, data)
+		return ws.Write(ctx, websocket.MessageText, data)
 	}
 	if err := send(wire.Hello{Type: wire.TypeHello, Protocol: wire.ProtocolVersion, NodeID: id, AppliedVersion: applied, Build: "bench"}); err != nil {
 		return false, false
@@ -193,9 +202,7 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				ws.Write(wctx, websocket.MessageText, fleetStats)
-				cancel()
+				ws.Write(sctx, websocket.MessageText, fleetStats)
 			}
 		}
 	}()
@@ -242,7 +249,7 @@ type fleet struct {
 	n     int
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	acked chan [2]int64 // version, unix nanos of its last ack
+	acked chan [4]int64 // version, unix nanos of its last, first and median ack
 
 	mu       sync.Mutex
 	attempts map[int64]int64 // dial attempts by unix second
@@ -267,7 +274,8 @@ func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	// GOGC=400: the fleet is the load generator, and its collections
 	// would take CPU from the console it measures; its memory is not
-	// measured.
+	// measured. (With no collections at all it is slower: a heap that
+	// only grows takes page faults for fresh memory.)
 	cmd.Env = append(os.Environ(), "GOGC=400", fleetEnv+"="+strconv.Itoa(n), "SLUICE_HUB_BENCH_URL="+baseURL, "SLUICE_HUB_BENCH_TOKENS="+tokenFile)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -281,13 +289,13 @@ func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	f := &fleet{n: n, cmd: cmd, stdin: stdin, acked: make(chan [2]int64, 16), attempts: map[int64]int64{}}
+	f := &fleet{n: n, cmd: cmd, stdin: stdin, acked: make(chan [4]int64, 16), attempts: map[int64]int64{}}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			var v, at int64
-			if _, err := fmt.Sscanf(sc.Text(), "acked %d %d", &v, &at); err == nil {
-				f.acked <- [2]int64{v, at}
+			var v, at, first, half int64
+			if _, err := fmt.Sscanf(sc.Text(), "acked %d %d %d %d", &v, &at, &first, &half); err == nil {
+				f.acked <- [4]int64{v, at, first, half}
 			} else if _, err := fmt.Sscanf(sc.Text(), "attempts %d %d", &v, &at); err == nil {
 				f.mu.Lock()
 				f.attempts[v] += at
@@ -303,6 +311,14 @@ func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
 // ack.
 func (f *fleet) wait(b *testing.B, v int64) time.Time {
 	b.Helper()
+	last, _, _ := f.waitAll(b, v)
+	return last
+}
+
+// waitAll returns when every node acked version v, and the times of the
+// last, the first and the median ack.
+func (f *fleet) waitAll(b *testing.B, v int64) (last, first, median time.Time) {
+	b.Helper()
 	timeout := time.After(5 * time.Minute)
 	for {
 		select {
@@ -311,7 +327,7 @@ func (f *fleet) wait(b *testing.B, v int64) time.Time {
 				b.Fatal("fleet exited")
 			}
 			if a[0] == v {
-				return time.Unix(0, a[1])
+				return time.Unix(0, a[1]), time.Unix(0, a[2]), time.Unix(0, a[3])
 			}
 		case <-timeout:
 			b.Fatalf("%d nodes did not all ack version %d within 5 minutes", f.n, v)
@@ -321,30 +337,30 @@ func (f *fleet) wait(b *testing.B, v int64) time.Time {
 
 // cpu returns the share of one CPU this process and the fleet's used over
 // the next d.
-func (f *fleet) cpu(b *testing.B, d time.Duration) (console, fleet float64) {
+func (f *fleet) cpu(b *testing.B, d time.Duration) (console, fleet, postgres float64) {
 	b.Helper()
-	c0, f0 := cpuTime(os.Getpid()), cpuTime(f.cmd.Process.Pid)
+	c0, f0, p0 := testenv.ProcessCPU(os.Getpid()), testenv.ProcessCPU(f.cmd.Process.Pid), testenv.PostgresCPU()
 	time.Sleep(d)
-	c1, f1 := cpuTime(os.Getpid()), cpuTime(f.cmd.Process.Pid)
-	return float64(c1-c0) / float64(d), float64(f1-f0) / float64(d)
+	c1, f1, p1 := testenv.ProcessCPU(os.Getpid()), testenv.ProcessCPU(f.cmd.Process.Pid), testenv.PostgresCPU()
+	return float64(c1-c0) / float64(d), float64(f1-f0) / float64(d), float64(p1-p0) / float64(d)
 }
 
-// cpuTime returns the user and system CPU time process pid used so far,
-// from /proc (clock ticks of 10 ms); 0 where /proc is not there.
-func cpuTime(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// machineCPU returns the clock ticks all CPUs spent busy and in all
+// since boot, from /proc/stat; 0 where it is not there.
+func machineCPU() (busy, all int64) {
+	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	// The fields after the command name, which is in parentheses.
-	i := strings.LastIndexByte(string(data), ')')
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 13 {
-		return 0
+	line, _, _ := strings.Cut(string(data), "\n")
+	for i, f := range strings.Fields(line)[1:] {
+		n, _ := strconv.ParseInt(f, 10, 64)
+		all += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
 	}
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return busy, all
 }
 
 func (f *fleet) stop() {
@@ -491,33 +507,64 @@ func BenchmarkPush(b *testing.B) {
 			}
 
 			lat := make([]time.Duration, 0, b.N)
-			if path := os.Getenv("SLUICE_HUB_BENCH_CPU"); path != "" && b.N > 1 {
-				// The console's CPU profile over the publishes alone.
-				if f, err := os.Create(fmt.Sprintf("%s.%d", path, n)); err == nil {
-					pprof.StartCPUProfile(f)
-					defer func() { pprof.StopCPUProfile(); f.Close() }()
+			var firsts, medians []time.Duration
+			// The console's CPU profiles: PATH.idle.N over the idle
+			// window, PATH.N over the publishes.
+			path := os.Getenv("SLUICE_HUB_BENCH_CPU")
+			profile := func(name string) func() {
+				if b.N == 1 {
+					return func() {}
 				}
+				f, err := os.Create(name)
+				if err != nil {
+					return func() {}
+				}
+				pprof.StartCPUProfile(f)
+				return func() { pprof.StopCPUProfile(); f.Close() }
+			}
+			stop := func() {}
+			if path != "" {
+				stop = profile(fmt.Sprintf("%s.idle.%d", path, n))
 			}
 			// Both processes' CPU while the fleet is connected and idle
 			// (stats, pings, registry heartbeats), then over the publishes.
-			idleConsole, idleFleet := current.cpu(b, 3*time.Second)
-			c0, f0 := cpuTime(os.Getpid()), cpuTime(current.cmd.Process.Pid)
+			idleConsole, idleFleet, idlePostgres := current.cpu(b, 3*time.Second)
+			stop()
+			if path != "" {
+				defer profile(fmt.Sprintf("%s.%d", path, n))()
+			}
+			c0, f0, p0 := testenv.ProcessCPU(os.Getpid()), testenv.ProcessCPU(current.cmd.Process.Pid), testenv.PostgresCPU()
+			busy0, all0 := machineCPU()
+			w0, _ := testenv.WriteCalls()
 			b.ResetTimer()
 			for range b.N {
 				v, began := publish()
-				lat = append(lat, current.wait(b, v).Sub(began))
+				last, first, median := current.waitAll(b, v)
+				lat = append(lat, last.Sub(began))
+				firsts, medians = append(firsts, first.Sub(began)), append(medians, median.Sub(began))
 			}
 			b.StopTimer()
-			c1, f1 := cpuTime(os.Getpid()), cpuTime(current.cmd.Process.Pid)
+			b.Logf("%d nodes, publish to last ack: %v", n, lat)
+			c1, f1, p1 := testenv.ProcessCPU(os.Getpid()), testenv.ProcessCPU(current.cmd.Process.Pid), testenv.PostgresCPU()
+			busy1, all1 := machineCPU()
+			w1, _ := testenv.WriteCalls()
 			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(w1-w0)/float64(b.N*n), "console-writes/node/publish")
+			if all1 > all0 {
+				b.ReportMetric(100*float64(busy1-busy0)/float64(all1-all0), "machine-busy-%")
+			}
 			b.ReportMetric(quantile(lat, 0.50), "p50-ms")
 			b.ReportMetric(quantile(lat, 0.99), "p99-ms")
 			b.ReportMetric(quantile(lat, 1), "max-ms")
+			b.ReportMetric(quantile(firsts, 0.5), "first-ack-p50-ms")
+			b.ReportMetric(quantile(medians, 0.5), "median-ack-p50-ms")
 			b.ReportMetric(perNode/1024, "KiB/node")
 			b.ReportMetric(stackPerNode/1024, "stack-KiB/node")
 			b.ReportMetric(goroutines, "goroutines/node")
 			b.ReportMetric(100*idleConsole, "idle-console-cpu-%")
 			b.ReportMetric(100*idleFleet, "idle-fleet-cpu-%")
+			b.ReportMetric(100*idlePostgres, "idle-postgres-cpu-%")
+			b.ReportMetric(float64((p1-p0).Milliseconds())/float64(b.N), "postgres-cpu-ms/publish")
 			b.ReportMetric(float64((c1-c0).Milliseconds())/float64(b.N), "console-cpu-ms/publish")
 			b.ReportMetric(float64((f1-f0).Milliseconds())/float64(b.N), "fleet-cpu-ms/publish")
 		})
