@@ -239,6 +239,80 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 	return nil
 }
 
+// updateNodesSQL rewrites the columns a connected node's messages change
+// (acks, nacks, stats, heartbeats) in rows its connection wrote, given as
+// one array per column, and returns the ids it rewrote.
+const updateNodesSQL = `UPDATE nodes AS n SET applied_version = u.applied_version, last_seen = u.last_seen,
+	nack_version = u.nack_version, nack_error = u.nack_error, nacked_at = u.nacked_at, rates = u.rates
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::bigint[], $6::text[], $7::timestamptz[], $8::jsonb[])
+	AS u(id, session_id, applied_version, last_seen, nack_version, nack_error, nacked_at, rates)
+WHERE n.id = u.id AND n.session_id = u.session_id AND n.status = 'connected'
+RETURNING n.id`
+
+// UpdateNodes writes the rows of connected nodes whose connection already
+// wrote its row with SaveNodes and changed since only what the node's
+// messages change: the applied version, the last nack, last_seen and
+// rates. It is cheaper than SaveNodes (8 columns rather than 15, no
+// conflict handling). It returns the nodes whose row no longer belongs to
+// that connection (another replica holds the node, or the row says it is
+// not connected); write those with SaveNodes, which decides whether they
+// may overwrite the row. The nodes of a chunk Postgres refused are
+// returned the same way, for SaveNodes to write or report one by one.
+func (s *Store) UpdateNodes(ctx context.Context, nodes []Node) (rest []Node, err error) {
+	for start := 0; start < len(nodes); start += saveNodesBatch {
+		chunk := nodes[start:min(start+saveNodesBatch, len(nodes))]
+		left, err := s.updateNodes(ctx, chunk)
+		if err != nil && !refusedContent(err) {
+			return nil, err
+		}
+		rest = append(rest, left...)
+	}
+	return rest, nil
+}
+
+func (s *Store) updateNodes(ctx context.Context, nodes []Node) ([]Node, error) {
+	k := len(nodes)
+	ids, sessions, nackErrs := make([]string, k), make([]string, k), make([]string, k)
+	versions, nackVersions := make([]int64, k), make([]*int64, k)
+	seen, nacked := make([]time.Time, k), make([]*time.Time, k)
+	rates := make([]*string, k)
+	for i, n := range nodes {
+		if n.Rates != nil {
+			b, err := json.Marshal(n.Rates)
+			if err != nil {
+				return nil, fmt.Errorf("update node %q: encode rates: %w", n.ID, err)
+			}
+			r := string(b)
+			rates[i] = &r
+		}
+		ids[i], sessions[i], versions[i], seen[i] = n.ID, n.Session, n.AppliedVersion, n.LastSeen.UTC()
+		nackVersions[i], nackErrs[i], nacked[i] = n.NackVersion, n.NackError, utcPtr(n.NackedAt)
+	}
+	rows, err := s.sql.QueryContext(ctx, updateNodesSQL, ids, sessions, versions, seen, nackVersions, nackErrs, nacked, rates)
+	if err != nil {
+		return nodes, fmt.Errorf("update %d nodes: %w", k, err)
+	}
+	defer rows.Close()
+	written := make(map[string]bool, k)
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nodes, fmt.Errorf("update %d nodes: %w", k, err)
+		}
+		written[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nodes, fmt.Errorf("update %d nodes: %w", k, err)
+	}
+	var rest []Node
+	for _, n := range nodes {
+		if !written[n.ID] {
+			rest = append(rest, n)
+		}
+	}
+	return rest, nil
+}
+
 func utcPtr(t *time.Time) *time.Time {
 	if t == nil {
 		return nil

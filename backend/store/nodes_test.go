@@ -221,3 +221,59 @@ func TestSaveNodesRefusedRowsDoNotBlockTheOthers(t *testing.T) {
 		t.Fatalf("next batch: %v", err)
 	}
 }
+
+// TestUpdateNodes checks that UpdateNodes rewrites what a node's messages
+// change in its own connection's row, leaves the other columns alone, and
+// hands back the nodes whose row belongs to another session or is not
+// connected, without touching those rows.
+func TestUpdateNodes(t *testing.T) {
+	st := openNodes(t)
+	ctx := context.Background()
+	t0 := time.Now().UTC().Truncate(time.Microsecond)
+	t1 := t0.Add(time.Second)
+	base := func(id, session, status string) store.Node {
+		return store.Node{ID: id, Session: session, Status: status, ConnectedSince: &t0, LastSeen: t0, AppliedVersion: 1,
+			Labels: map[string]string{"zone": "a"}, Build: "v1", Address: "10.0.0.1:1", Protocol: 1, Console: "c1"}
+	}
+	if err := st.SaveNodes(ctx, []store.Node{base("mine", "s1", store.NodeConnected), base("taken", "s9", store.NodeConnected),
+		base("gone", "s1", store.NodeDisconnected)}, staleAfter); err != nil {
+		t.Fatal(err)
+	}
+	nack := int64(3)
+	update := func(id string) store.Node {
+		n := base(id, "s1", store.NodeConnected)
+		n.AppliedVersion, n.LastSeen, n.NackVersion, n.NackError, n.NackedAt = 2, t1, &nack, "bad", &t1
+		n.Rates = &store.NodeRates{At: t1, Decisions: 5, Allowed: 4, Limited: 1}
+		n.Build, n.Labels = "ignored", map[string]string{"zone": "ignored"} // not a column UpdateNodes writes
+		return n
+	}
+	rest, err := st.UpdateNodes(ctx, []store.Node{update("mine"), update("taken"), update("gone"), update("unknown")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, n := range rest {
+		left = append(left, n.ID)
+	}
+	if diff := cmp.Diff([]string{"taken", "gone", "unknown"}, left); diff != "" {
+		t.Errorf("nodes handed back (-want +got):\n%s", diff)
+	}
+	want := base("mine", "s1", store.NodeConnected)
+	want.AppliedVersion, want.LastSeen, want.NackVersion, want.NackError, want.NackedAt = 2, t1, &nack, "bad", &t1
+	want.Rates = &store.NodeRates{At: t1, Decisions: 5, Allowed: 4, Limited: 1}
+	if diff := cmp.Diff(want, findNode(t, st, "mine")); diff != "" {
+		t.Errorf("updated row (-want +got):\n%s", diff)
+	}
+	for id, session := range map[string]string{"taken": "s9", "gone": "s1"} {
+		if got := findNode(t, st, id); got.AppliedVersion != 1 || got.Session != session || !got.LastSeen.Equal(t0) {
+			t.Errorf("row %s changed: %+v", id, got)
+		}
+	}
+	// A refused chunk is handed back whole for SaveNodes to sort out.
+	bad := update("mine")
+	bad.NackError = "nul \x00 byte"
+	rest, err = st.UpdateNodes(ctx, []store.Node{bad})
+	if err != nil || len(rest) != 1 {
+		t.Errorf("refused update: rest %d, err %v; want the node back and no error", len(rest), err)
+	}
+}
