@@ -312,27 +312,31 @@ func (h *Hub) flush(ctx context.Context, now time.Time) error {
 	h.mu.Unlock()
 	gone = batch[:len(batch):len(batch)]
 
-	var taken []*conn
+	// A connection whose row SaveNodes wrote since its hello has changed
+	// only the columns its messages change: those rows go through the
+	// cheaper UpdateNodes, and on to SaveNodes if the row is no longer
+	// this connection's (SaveNodes then decides whether it may take it).
+	var taken, fresh []*conn
+	var update []store.Node
 	for _, c := range conns {
 		c.mu.Lock()
 		if c.dirty || (c.soft && now.Sub(c.persisted) >= softFlushEvery) || now.Sub(c.persisted) >= heartbeatEvery {
-			batch = append(batch, c.row())
+			if c.written {
+				update = append(update, c.row())
+			} else {
+				batch = append(batch, c.row())
+				fresh = append(fresh, c)
+			}
 			c.dirty, c.soft, c.persisted = false, false, now
 			taken = append(taken, c)
 		}
 		c.mu.Unlock()
 	}
-	if len(batch) == 0 {
+	if len(batch) == 0 && len(update) == 0 {
 		return nil
 	}
-	if err := h.store.SaveNodes(ctx, batch, StaleAfter); err != nil {
-		var refused *store.RefusedNodesError
-		if errors.As(err, &refused) {
-			// Every other row was written; these would be refused again
-			// and must not be retried forever.
-			h.log.Error("node registry refused rows; dropped", "node_ids", refused.IDs, "error", refused.Err)
-			return nil
-		}
+	// retry puts the taken changes back for the next flush.
+	retry := func(err error) error {
 		for _, c := range taken {
 			c.mu.Lock()
 			c.dirty = true
@@ -342,6 +346,29 @@ func (h *Hub) flush(ctx context.Context, now time.Time) error {
 		h.gone = append(gone, h.gone...)
 		h.mu.Unlock()
 		return err
+	}
+	rest, err := h.store.UpdateNodes(ctx, update)
+	if err != nil {
+		return retry(err)
+	}
+	batch = append(batch, rest...)
+	if len(batch) == 0 {
+		return nil
+	}
+	err = h.store.SaveNodes(ctx, batch, StaleAfter)
+	var refused *store.RefusedNodesError
+	if err != nil && !errors.As(err, &refused) {
+		return retry(err)
+	}
+	if refused != nil {
+		// Every other row was written; these would be refused again
+		// and must not be retried forever.
+		h.log.Error("node registry refused rows; dropped", "node_ids", refused.IDs, "error", refused.Err)
+	}
+	for _, c := range fresh {
+		c.mu.Lock()
+		c.written = refused == nil || !slices.Contains(refused.IDs, c.node.ID)
+		c.mu.Unlock()
 	}
 	return nil
 }
@@ -360,6 +387,7 @@ func (h *Hub) changed() {
 // conn is one node connection.
 type conn struct {
 	ws     *websocket.Conn
+	out    *joinWriter       // under ws's write buffer
 	labels map[string]string // from hello; never changed
 	// sent is the newest version offered to (or already held by) the node;
 	// a version is never offered twice on one connection, so a nacked
@@ -384,6 +412,7 @@ type conn struct {
 	dirty     bool      // a change that must be written at the next flush
 	soft      bool      // only last_seen or rates changed
 	persisted time.Time // when the row was last handed to the store
+	written   bool      // SaveNodes wrote this connection's row
 	heard     time.Time // when the node last sent a message or a pong (for pings)
 	// ranBefore is the version the node ran before it applied its current
 	// one at switchedAt (for stats cohorts).
@@ -446,7 +475,8 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 	// Compression stays off (the default, said here so it stays so): a
 	// deflate context per connection would cost more than the snapshots
 	// it saves.
-	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	sb := &smallBuffers{ResponseWriter: w}
+	ws, err := websocket.Accept(sb, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		h.wg.Done()
 		return // Accept has written the HTTP error
@@ -455,16 +485,15 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 	// The connection outlives the handler: a fresh goroutine holds a
 	// shallow stack instead of the HTTP server's and the router's frames,
 	// and the request (headers, router context) can be collected.
-	go h.serve(ws, r.RemoteAddr, tokenID, actor)
+	go h.serve(ws, sb.out, r.RemoteAddr, tokenID, actor)
 }
 
 // Buffer sizes of a node connection, held for its life. Node messages
 // are small (an ack, a stats report); a longer one is read past the buffer
 // in one more read. The console writes control frames (ping, pong, close:
-// at most 127 bytes) and snapshots, and a snapshot takes two writes to the
-// socket whatever the buffer's size (the frame header is buffered, the
-// buffer fills and is flushed, the rest goes to the socket directly), so a
-// larger write buffer would cost memory and save nothing.
+// at most 127 bytes) and snapshots; a snapshot is longer than the write
+// buffer whatever its size, and goes out in one write to the socket
+// (see joinWriter).
 const (
 	readBufferSize  = 256
 	writeBufferSize = 128
@@ -472,12 +501,16 @@ const (
 
 // smallBuffers hands the websocket library smaller buffers than the HTTP
 // server's (4 KiB each way, held for the connection's life once hijacked).
-type smallBuffers struct{ http.ResponseWriter }
+// out is the writer under the library's write buffer, set by Hijack.
+type smallBuffers struct {
+	http.ResponseWriter
+	out *joinWriter
+}
 
 // WriteHeaderNow makes the library send the handshake response through
 // gin's writer, which delays it otherwise (the library looks for this
 // method).
-func (w smallBuffers) WriteHeaderNow() {
+func (w *smallBuffers) WriteHeaderNow() {
 	if g, ok := w.ResponseWriter.(interface{ WriteHeaderNow() }); ok {
 		g.WriteHeaderNow()
 	}
@@ -486,7 +519,7 @@ func (w smallBuffers) WriteHeaderNow() {
 // Hijack takes over the connection with small buffers; the handshake
 // response still waiting in the server's buffer is sent, and request bytes
 // already read stay readable.
-func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	hj, ok := w.ResponseWriter.(http.Hijacker)
 	if !ok {
 		return nil, nil, errors.New("connection cannot be hijacked")
@@ -511,7 +544,70 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
-	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBufferSize)), nil
+	w.out = &joinWriter{Conn: nc}
+	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, writeBufferSize)), nil
+}
+
+// joinWriter is what the websocket library's write buffer flushes to. A
+// message longer than the buffer reaches it as two writes: the buffer,
+// filled with the frame header and the message's start, then the rest of
+// the message straight from the caller. Each write is a packet for the
+// node to take in, so once armed (just before such a message is written)
+// joinWriter holds a first write that fills the buffer and sends it with
+// the next in one writev. Any other write disarms it and goes out at once,
+// so bytes never change order; what is still held when the message's write
+// returns is sent by release.
+type joinWriter struct {
+	net.Conn
+	mu    sync.Mutex
+	armed bool
+	held  *[writeBufferSize]byte // from heldBuffers; non-nil while holding
+}
+
+var heldBuffers = sync.Pool{New: func() any { return new([writeBufferSize]byte) }}
+
+// arm makes the next write, if it fills the write buffer, wait for the one
+// after it.
+func (w *joinWriter) arm() {
+	w.mu.Lock()
+	w.armed = true
+	w.mu.Unlock()
+}
+
+func (w *joinWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.armed && w.held == nil && len(p) == writeBufferSize {
+		w.armed = false
+		w.held = heldBuffers.Get().(*[writeBufferSize]byte)
+		copy(w.held[:], p)
+		return len(p), nil
+	}
+	w.armed = false
+	if w.held == nil {
+		return w.Conn.Write(p)
+	}
+	held := w.held
+	w.held = nil
+	defer heldBuffers.Put(held)
+	bufs := net.Buffers{held[:], p}
+	n, err := bufs.WriteTo(w.Conn)
+	return max(0, int(n)-writeBufferSize), err
+}
+
+// release disarms the writer and sends what it holds.
+func (w *joinWriter) release() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = false
+	if w.held == nil {
+		return nil
+	}
+	held := w.held
+	w.held = nil
+	defer heldBuffers.Put(held)
+	_, err := w.Conn.Write(held[:])
+	return err
 }
 
 // aheadReader reads the bytes the HTTP server read ahead of the handshake,
@@ -533,9 +629,9 @@ func (r *aheadReader) Read(p []byte) (int, error) {
 }
 
 // serve runs one accepted node stream until it closes.
-func (h *Hub) serve(ws *websocket.Conn, addr string, tokenID int64, actor store.Actor) {
+func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, addr string, tokenID int64, actor store.Actor) {
 	wctx, stopWriter := context.WithCancel(context.Background())
-	c := &conn{ws: ws, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
+	c := &conn{ws: ws, out: out, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
 	// Armed before anyone else sees c; the first ping comes after the
 	// hello deadline.
 	c.pinger = time.AfterFunc(h.pingInterval, func() { h.ping(c) })
@@ -779,7 +875,13 @@ func (h *Hub) write(c *conn) {
 			h.log.Info("send snapshot timed out; dropping the node", "node_id", c.node.ID, "version", m.version)
 			c.drop(websocket.StatusTryAgainLater, "write timed out")
 		})
+		if len(m.data) > writeBufferSize {
+			c.out.arm()
+		}
 		err := c.ws.Write(c.ctx, websocket.MessageText, m.data)
+		if rerr := c.out.release(); err == nil {
+			err = rerr
+		}
 		deadline.Stop()
 		c.wmu.Lock()
 		c.behind = 0
