@@ -258,6 +258,7 @@ RETURNING n.id`
 // not connected); write those with SaveNodes, which decides whether they
 // may overwrite the row. The nodes of a chunk Postgres refused are
 // returned the same way, for SaveNodes to write or report one by one.
+// Each id may appear once (the hub holds one connection per node).
 func (s *Store) UpdateNodes(ctx context.Context, nodes []Node) (rest []Node, err error) {
 	for start := 0; start < len(nodes); start += saveNodesBatch {
 		chunk := nodes[start:min(start+saveNodesBatch, len(nodes))]
