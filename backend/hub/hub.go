@@ -587,8 +587,7 @@ func (w *joinWriter) Write(p []byte) (int, error) {
 	if w.held == nil {
 		return w.Conn.Write(p)
 	}
-	held := w.held
-	w.held = nil
+	held := w.take()
 	defer heldBuffers.Put(held)
 	bufs := net.Buffers{held[:], p}
 	n, err := bufs.WriteTo(w.Conn)
@@ -603,11 +602,17 @@ func (w *joinWriter) release() error {
 	if w.held == nil {
 		return nil
 	}
-	held := w.held
-	w.held = nil
+	held := w.take()
 	defer heldBuffers.Put(held)
 	_, err := w.Conn.Write(held[:])
 	return err
+}
+
+// take returns the held buffer and holds nothing; caller holds mu.
+func (w *joinWriter) take() *[writeBufferSize]byte {
+	held := w.held
+	w.held = nil
+	return held
 }
 
 // aheadReader reads the bytes the HTTP server read ahead of the handshake,

@@ -220,13 +220,9 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 			}
 			labels[i] = string(b)
 		}
-		if n.Rates != nil {
-			b, err := json.Marshal(n.Rates)
-			if err != nil {
-				return fmt.Errorf("save node %q: encode rates: %w", n.ID, err)
-			}
-			r := string(b)
-			rates[i] = &r
+		var err error
+		if rates[i], err = encodeRates(n); err != nil {
+			return fmt.Errorf("save node %q: %w", n.ID, err)
 		}
 		ids[i], versions[i], statuses[i], builds[i], addrs[i], protocols[i] = n.ID, n.AppliedVersion, n.Status, n.Build, n.Address, int32(n.Protocol)
 		since[i], seen[i], nackVersions[i], nackErrs[i], nacked[i] = utcPtr(n.ConnectedSince), n.LastSeen.UTC(), n.NackVersion, n.NackError, utcPtr(n.NackedAt)
@@ -278,13 +274,9 @@ func (s *Store) updateNodes(ctx context.Context, nodes []Node) ([]Node, error) {
 	seen, nacked := make([]time.Time, k), make([]*time.Time, k)
 	rates := make([]*string, k)
 	for i, n := range nodes {
-		if n.Rates != nil {
-			b, err := json.Marshal(n.Rates)
-			if err != nil {
-				return nil, fmt.Errorf("update node %q: encode rates: %w", n.ID, err)
-			}
-			r := string(b)
-			rates[i] = &r
+		var err error
+		if rates[i], err = encodeRates(n); err != nil {
+			return nil, fmt.Errorf("update node %q: %w", n.ID, err)
 		}
 		ids[i], sessions[i], versions[i], seen[i] = n.ID, n.Session, n.AppliedVersion, n.LastSeen.UTC()
 		nackVersions[i], nackErrs[i], nacked[i] = n.NackVersion, n.NackError, utcPtr(n.NackedAt)
@@ -312,6 +304,19 @@ func (s *Store) updateNodes(ctx context.Context, nodes []Node) ([]Node, error) {
 		}
 	}
 	return rest, nil
+}
+
+// encodeRates returns n's rates as JSON for the rates column, or nil.
+func encodeRates(n Node) (*string, error) {
+	if n.Rates == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(n.Rates)
+	if err != nil {
+		return nil, fmt.Errorf("encode rates: %w", err)
+	}
+	r := string(b)
+	return &r, nil
 }
 
 func utcPtr(t *time.Time) *time.Time {
