@@ -23,6 +23,12 @@
 # answers every check OK without rules or Redis: the least CPU per check a
 # server built that way can spend.
 #
+# FLOOR_REDIS=1 (the default when FLOOR=1) also measures "floor+redis": the
+# same server taking each check's hit in Redis through the node's own
+# Batcher before answering (floor -redis). The node's CPU per check over
+# its one is what the engine adds to a check; its over the floor's, what
+# asking Redis costs a node.
+#
 # LEASE=1 also runs a second enforcer, "sluice+lease", whose limit sets
 # lease: true (local leases for hot keys), measured beside the first.
 #
@@ -48,6 +54,7 @@ KEYS=${KEYS:-"1 10000"}
 TRANSPORTS=${TRANSPORTS:-"grpc http"}
 LYFT_BIN=${LYFT_BIN:-}
 FLOOR=${FLOOR:-1}
+FLOOR_REDIS=${FLOOR_REDIS:-$FLOOR}
 PIN=${PIN:-0}
 LEASE=${LEASE:-0}
 H2LOAD=${H2LOAD-$(command -v h2load || true)}
@@ -83,15 +90,15 @@ if [[ -z $SLUICE ]]; then
 	SLUICE="$work/sluice"
 	go build -o "$SLUICE" ./cmd/sluice
 fi
-if [[ $FLOOR == 1 ]]; then
+if [[ $FLOOR == 1 || $FLOOR_REDIS == 1 ]]; then
 	go build -o "$work/floor" ./examples/bench/floor
 fi
 
-read -r RP HP GP LHP LGP LDP FHP FGP EHP EGP < <(python3 -c '
+read -r RP HP GP LHP LGP LDP FHP FGP EHP EGP RHP RGP < <(python3 -c '
 import socket
 ps=[]
 socks=[]
-for i in range(10):
+for i in range(12):
     s=socket.socket(); s.bind(("127.0.0.1",0)); ps.append(s.getsockname()[1]); socks.append(s)
 print(" ".join(map(str,ps)))')
 
@@ -172,6 +179,12 @@ if [[ $FLOOR == 1 ]]; then
 	pids+=($!)
 	FLOOR_PID=$!
 	wait_for "http://127.0.0.1:$FHP/readyz"
+fi
+if [[ $FLOOR_REDIS == 1 ]]; then
+	"${on_servers[@]}" "$work/floor" -grpc "127.0.0.1:$RGP" -http "127.0.0.1:$RHP" -redis "redis://127.0.0.1:$RP/0" &
+	pids+=($!)
+	FLOOR_REDIS_PID=$!
+	wait_for "http://127.0.0.1:$RHP/readyz"
 fi
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -262,6 +275,7 @@ servers=("sluice $SLUICE_PID 127.0.0.1:$GP 127.0.0.1:$HP")
 if [[ $LEASE == 1 ]]; then servers+=("sluice+lease $LEASE_PID 127.0.0.1:$EGP 127.0.0.1:$EHP"); fi
 if [[ -n $LYFT_BIN ]]; then LYFT_I=${#servers[@]}; servers+=("envoyproxy/ratelimit $LYFT_PID 127.0.0.1:$LGP 127.0.0.1:$LHP"); fi
 if [[ $FLOOR == 1 ]]; then servers+=("floor $FLOOR_PID 127.0.0.1:$FGP 127.0.0.1:$FHP"); fi
+if [[ $FLOOR_REDIS == 1 ]]; then servers+=("floor+redis $FLOOR_REDIS_PID 127.0.0.1:$RGP 127.0.0.1:$RHP"); fi
 
 # table LOAD KEYS_LIST: one row per server, transport, key count and caller
 # count, each the median of ROUNDS runs; the servers take turns run by run,

@@ -9,6 +9,14 @@
 //
 //	go run ./examples/bench/floor -grpc 127.0.0.1:8081 -http 127.0.0.1:8080
 //
+// With -redis URL ("floor+redis" in compare.sh) each check also takes one
+// hit of a token bucket in Redis, keyed by its descriptors, through the
+// node's own way to Redis (limiter.NewClient, NewRedis and a Batcher with
+// the node's defaults), before the same fixed answer: what a node pays to
+// decode, ask Redis and answer, without matching rules, building limit
+// keys, metrics, stats, headers or failure modes. The node's CPU per
+// check over this one is what the engine adds.
+//
 // It runs with the node's garbage-collector setting (GOGC=400 unless GOGC
 // is set), like `sluice enforcer`.
 package main
@@ -24,12 +32,16 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // The node's settings (enforcer.grpcStreamWorkers, checkserver.MaxBodyBytes,
@@ -54,25 +66,63 @@ var answer = &rlsv3.RateLimitResponse{
 
 type service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
+	store *limiter.Batcher // nil: answer without asking Redis
 }
 
-func (service) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := s.take(ctx, req); err != nil {
+		return nil, err
+	}
 	return answer, nil
+}
+
+// take takes one hit per descriptor from the benchmark rule's limit in
+// Redis (token bucket, 10^8 a second), under a key made of the request's
+// domain and entries; it does nothing without a store.
+func (s service) take(ctx context.Context, req *rlsv3.RateLimitRequest) error {
+	if s.store == nil {
+		return nil
+	}
+	reqs := make([]limiter.Request, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		var k strings.Builder
+		k.WriteString("floor:")
+		k.WriteString(req.Domain)
+		for _, e := range d.Entries {
+			k.WriteByte('|')
+			k.WriteString(e.Key)
+			k.WriteByte('=')
+			k.WriteString(e.Value)
+		}
+		reqs[i] = limiter.Request{Key: k.String(), Algorithm: rules.TokenBucket, Limit: 100_000_000, Period: time.Second, Hits: 1}
+	}
+	_, err := s.store.Take(ctx, reqs)
+	return err
 }
 
 func main() {
 	grpcAddr := flag.String("grpc", "127.0.0.1:8081", "gRPC listen address")
 	httpAddr := flag.String("http", "127.0.0.1:8080", "HTTP (/json) listen address")
+	redisURL := flag.String("redis", "", "take each check's hits in this Redis (limiter.NewClient's URL forms) before answering")
 	flag.Parse()
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	if err := run(*grpcAddr, *httpAddr); err != nil {
+	svc := service{}
+	if *redisURL != "" {
+		// As enforcer/node builds its store, with its default timeout.
+		client, err := limiter.NewClient(*redisURL, limiter.WithTimeout(limiter.DefaultTimeout), limiter.WithDialTimeout(limiter.DefaultTimeout))
+		if err != nil {
+			log.Fatal(err)
+		}
+		svc.store = limiter.NewBatcher(limiter.NewRedis(client), limiter.BatchOptions{Timeout: limiter.DefaultTimeout})
+	}
+	if err := run(svc, *grpcAddr, *httpAddr); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(grpcAddr, httpAddr string) error {
+func run(svc service, grpcAddr, httpAddr string) error {
 	body, err := protojson.Marshal(answer)
 	if err != nil {
 		return err
@@ -82,7 +132,7 @@ func run(grpcAddr, httpAddr string) error {
 		return err
 	}
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(maxBodyBytes), grpc.NumStreamWorkers(streamWorkers))
-	rlsv3.RegisterRateLimitServiceServer(g, service{})
+	rlsv3.RegisterRateLimitServiceServer(g, svc)
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(l) }()
 
@@ -95,6 +145,10 @@ func run(grpcAddr, httpAddr string) error {
 		}
 		if err != nil {
 			http.Error(w, "Bad Request", http.StatusBadRequest)
+			return
+		}
+		if err := svc.take(r.Context(), &req); err != nil {
+			http.Error(w, "Service Unavailable", http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
