@@ -26,8 +26,8 @@
 # FLOOR_REDIS=1 (the default when FLOOR=1) also measures "floor+redis": the
 # same server taking each check's hit in Redis through the node's own
 # Batcher before answering (floor -redis). The node's CPU per check over
-# its one is what the engine adds to a check; its over the floor's, what
-# asking Redis costs a node.
+# floor+redis's is what the engine adds to a check; floor+redis's over the
+# floor's is what asking Redis costs a node.
 #
 # LEASE=1 also runs a second enforcer, "sluice+lease", whose limit sets
 # lease: true (local leases for hot keys), measured beside the first.
