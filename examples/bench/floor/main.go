@@ -32,7 +32,6 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -77,24 +76,19 @@ func (s service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 // take takes one hit per descriptor from the benchmark rule's limit in
-// Redis (token bucket, 10^8 a second), under a key made of the request's
-// domain and entries; it does nothing without a store.
+// Redis (token bucket, 10^8 a second), under the key limiter.Key makes of
+// the request's domain and entries; it does nothing without a store.
 func (s service) take(ctx context.Context, req *rlsv3.RateLimitRequest) error {
 	if s.store == nil {
 		return nil
 	}
 	reqs := make([]limiter.Request, len(req.Descriptors))
 	for i, d := range req.Descriptors {
-		var k strings.Builder
-		k.WriteString("floor:")
-		k.WriteString(req.Domain)
-		for _, e := range d.Entries {
-			k.WriteByte('|')
-			k.WriteString(e.Key)
-			k.WriteByte('=')
-			k.WriteString(e.Value)
+		entries := make([]rules.Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			entries[j] = rules.Entry{Key: e.Key, Value: e.Value}
 		}
-		reqs[i] = limiter.Request{Key: k.String(), Algorithm: rules.TokenBucket, Limit: 100_000_000, Period: time.Second, Hits: 1}
+		reqs[i] = limiter.Request{Key: limiter.Key("floor:", req.Domain, entries), Algorithm: rules.TokenBucket, Limit: 100_000_000, Period: time.Second, Hits: 1}
 	}
 	_, err := s.store.Take(ctx, reqs)
 	return err
