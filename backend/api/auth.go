@@ -50,7 +50,7 @@ type principal struct {
 	secret   string // the session secret, for logout
 }
 
-var roleRank = map[string]int{store.RoleViewer: 1, store.RoleEditor: 2, store.RoleAdmin: 3}
+var roleRank = map[string]int{store.RoleViewer: 1, store.RoleSupport: 2, store.RoleEditor: 3, store.RoleAdmin: 4}
 
 func caller(c *gin.Context) *principal {
 	p, _ := c.Get("principal")

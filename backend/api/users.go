@@ -24,7 +24,7 @@ func checkPassword(p string) error {
 
 func checkRole(role string, node bool) error {
 	switch role {
-	case store.RoleViewer, store.RoleEditor, store.RoleAdmin:
+	case store.RoleViewer, store.RoleSupport, store.RoleEditor, store.RoleAdmin:
 		return nil
 	case store.RoleNode:
 		if node {
@@ -32,9 +32,9 @@ func checkRole(role string, node bool) error {
 		}
 	}
 	if node {
-		return badRequest("role must be one of viewer, editor, admin, node")
+		return badRequest("role must be one of viewer, support, editor, admin, node")
 	}
-	return badRequest("role must be one of viewer, editor, admin")
+	return badRequest("role must be one of viewer, support, editor, admin")
 }
 
 func (a *API) listUsers(c *gin.Context) error {

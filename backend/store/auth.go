@@ -19,7 +19,10 @@ import (
 // Roles.
 const (
 	RoleViewer = "viewer"
-	RoleEditor = "editor"
+	// RoleSupport is a viewer's reads plus counter resets and temporary
+	// overrides: support staff help a customer without editing rules.
+	RoleSupport = "support"
+	RoleEditor  = "editor"
 	RoleAdmin  = "admin"
 	RoleNode   = "node"
 )

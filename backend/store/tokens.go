@@ -66,9 +66,9 @@ func newSecret() (secret, hash, last4 string) {
 // which is shown once and stored only as a SHA-256 hash.
 func (s *Store) CreateToken(ctx context.Context, name, role string, expiresAt *time.Time, actor Actor) (Token, string, error) {
 	switch role {
-	case RoleViewer, RoleEditor, RoleAdmin, RoleNode:
+	case RoleViewer, RoleSupport, RoleEditor, RoleAdmin, RoleNode:
 	default:
-		return Token{}, "", &InvalidError{Reason: "role must be one of viewer, editor, admin, node"}
+		return Token{}, "", &InvalidError{Reason: "role must be one of viewer, support, editor, admin, node"}
 	}
 	secret, hash, last4 := newSecret()
 	row := tokenRow{Name: name, Role: role, Hash: hash, Last4: last4, CreatedBy: actor.owner(), CreatedAt: time.Now().UTC(), ExpiresAt: expiresAt}

@@ -42,10 +42,10 @@ func (r userRow) user() User {
 
 func userRole(role string) error {
 	switch role {
-	case RoleViewer, RoleEditor, RoleAdmin:
+	case RoleViewer, RoleSupport, RoleEditor, RoleAdmin:
 		return nil
 	}
-	return &InvalidError{Reason: "role must be one of viewer, editor, admin"}
+	return &InvalidError{Reason: "role must be one of viewer, support, editor, admin"}
 }
 
 func hashPassword(password string) (string, error) {

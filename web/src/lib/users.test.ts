@@ -31,7 +31,7 @@ describe('roleChange', () => {
   });
 
   it('has every role ordered least to most', () => {
-    expect(roles).toEqual(['viewer', 'editor', 'admin']);
+    expect(roles).toEqual(['viewer', 'support', 'editor', 'admin']);
   });
 });
 

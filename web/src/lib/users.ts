@@ -4,14 +4,15 @@
 // so before and after.
 
 /** Role is a console user's role, least to most. */
-export type Role = 'viewer' | 'editor' | 'admin';
+export type Role = 'viewer' | 'support' | 'editor' | 'admin';
 
 /** roles are the roles a user can have, least to most. */
-export const roles: readonly Role[] = ['viewer', 'editor', 'admin'];
+export const roles: readonly Role[] = ['viewer', 'support', 'editor', 'admin'];
 
 /** roleAbilities says in a few words what each role can do. */
 export const roleAbilities: Record<Role, string> = {
   viewer: 'reads rules, history, audit, nodes and live traffic',
+  support: "also inspects and resets a customer's counters and grants temporary overrides",
   editor: 'also publishes, rolls back and reviews changes',
   admin: 'also manages users, tokens, settings and alerts',
 };
@@ -44,7 +45,8 @@ export function roleChange(username: string, from: string, to: string, self: boo
   const who = self ? 'You' : username;
   const lines = [`${who} ${self ? 'become' : 'becomes'} ${article(to)} ${to}: ${roleAbilities[to as Role]}.`];
   if (from === 'admin') lines.push(`${who} can no longer manage users, tokens, settings or alerts.`);
-  else if (from === 'editor' && to === 'viewer') lines.push(`${who} can no longer publish or review changes.`);
+  else if (from === 'editor' && rank(to) < rank('editor')) lines.push(`${who} can no longer publish or review changes.`);
+  if (from === 'support' && to === 'viewer') lines.push(`${who} can no longer reset counters or grant overrides.`);
   const demotesSelf = self && from === 'admin';
   if (demotesSelf) lines.push('You lose access to this page as soon as it is done; another admin has to undo it.');
   if (!self) lines.push('It applies to their next request; they stay signed in.');
