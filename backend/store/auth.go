@@ -23,8 +23,8 @@ const (
 	// overrides: support staff help a customer without editing rules.
 	RoleSupport = "support"
 	RoleEditor  = "editor"
-	RoleAdmin  = "admin"
-	RoleNode   = "node"
+	RoleAdmin   = "admin"
+	RoleNode    = "node"
 )
 
 // ErrBadCredentials is returned for a wrong username or password, without
