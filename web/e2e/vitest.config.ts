@@ -9,7 +9,11 @@ export default defineConfig({
   test: {
     include: ['web/e2e/**/*.e2e.ts'],
     environment: 'node',
-    fileParallelism: false,
+    // Each file starts its own console, enforcers and database on free
+    // ports, so two run side by side: much of a file's time is waiting
+    // (for a minute's rollup, a report interval), which the other fills.
+    fileParallelism: true,
+    maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 90_000,
     // Steps share one browser and one console, in order.
