@@ -250,14 +250,14 @@ func (s *Stats) Validate() error {
 		}
 		sum := int64(0)
 		for _, v := range r.Values {
-			// Each count within 1..Limited keeps the sum from overflowing
-			// before it is found over Limited.
 			if v.Count <= 0 || v.Count > r.Limited {
 				return fmt.Errorf("stats: rules[%d]: a value's count %d is not within 1..limited (%d)", i, v.Count, r.Limited)
 			}
-			if sum += v.Count; sum > r.Limited {
+			// Compared before adding: the sum never overflows.
+			if v.Count > r.Limited-sum {
 				return fmt.Errorf("stats: rules[%d]: the values' counts add up to more than limited (%d)", i, r.Limited)
 			}
+			sum += v.Count
 		}
 	}
 	return validatePreviews(s.Preview)
