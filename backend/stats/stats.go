@@ -181,7 +181,6 @@ func New(cfg Config) *Aggregator {
 	a := &Aggregator{
 		st: cfg.Store, log: cfg.Log, replica: cfg.Replica, retention: cmp.Or(cfg.Retention, DefaultRetention),
 		publicURL: cfg.PublicURL, client: cfg.Client, warmup: cmp.Or(cfg.SpikeWarmup, DefaultSpikeWarmup), now: time.Now,
-		valueRetention: cmp.Or(cfg.ValueRetention, DefaultValueRetention),
 		series:  make(map[store.RuleKey]*series),
 		pending: make(map[int64]map[store.RuleKey]*store.FrameRule),
 		minutes: make(map[minuteKey]store.Counts),
@@ -189,6 +188,7 @@ func New(cfg Config) *Aggregator {
 		domains: make(map[string]bool),
 		subs:    make(map[*Subscription]struct{}),
 	}
+	a.valueRetention = cmp.Or(cfg.ValueRetention, DefaultValueRetention)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
