@@ -27,7 +27,8 @@ func valueReq(v string) *Request {
 // extra values' requests stay in Limited without a value, so the console
 // can tell that the figures are lower bounds.
 func TestValuesExactAndBounded(t *testing.T) {
-	var st stats
+	e := &Engine{}
+	st := &e.stats
 	l := limitOf("per-key")
 	want := map[string]int64{}
 	total := int64(0)
@@ -41,7 +42,6 @@ func TestValuesExactAndBounded(t *testing.T) {
 		want[v] = n
 		total += n
 	}
-	e := &Engine{stats: st}
 	got := e.TakeStats()
 	if len(got) != 1 {
 		t.Fatalf("%d rules, want 1", len(got))
@@ -73,8 +73,7 @@ func TestValuesExactAndBounded(t *testing.T) {
 		t.Errorf("top limited %v, want the %d first values", r.TopLimited, wire.MaxTopValues)
 	}
 	// The next interval starts afresh, with room again.
-	st2 := &e.stats
-	st2.count(valueReq("customer-late"), limitedResult(l))
+	st.count(valueReq("customer-late"), limitedResult(l))
 	if got := e.TakeStats(); len(got) != 1 || len(got[0].Values) != 1 || got[0].Values[0].Count != 1 {
 		t.Errorf("next interval %+v, want customer-late once", got)
 	}
@@ -83,7 +82,8 @@ func TestValuesExactAndBounded(t *testing.T) {
 // TestValuesNodeBound: over every rule, at most maxTrackedValues values are
 // tracked in one interval.
 func TestValuesNodeBound(t *testing.T) {
-	var st stats
+	e := &Engine{}
+	st := &e.stats
 	rulesN := maxTrackedValues/wire.MaxValues + 4
 	for r := range rulesN {
 		l := limitOf(fmt.Sprintf("rule-%d", r))
@@ -94,7 +94,6 @@ func TestValuesNodeBound(t *testing.T) {
 	if st.tracked != maxTrackedValues {
 		t.Fatalf("tracked %d, want the bound %d", st.tracked, maxTrackedValues)
 	}
-	e := &Engine{stats: st}
 	n := 0
 	for _, r := range e.TakeStats() {
 		n += len(r.Values)
