@@ -3,6 +3,7 @@ package stats
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -211,5 +212,50 @@ func BenchmarkIngestValues(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestValueSketchBounds: over random skewed streams with more distinct
+// values than a sketch holds, every written figure is at most the truth,
+// a sure one is the truth, the untracked count is what the written ones
+// leave out, and a value limited more than 1/sketchValues of the minute's
+// requests is written.
+func TestValueSketchBounds(t *testing.T) {
+	for seed := range 10 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		zipf := rand.NewZipf(rng, 1.1, 2, 3*sketchValues)
+		var s valueSketch
+		truth := map[string]int64{}
+		total := int64(0)
+		for range 40000 {
+			v := fmt.Sprintf("v%d", zipf.Uint64())
+			w := int64(1 + rng.IntN(3))
+			s.add(v, w, true)
+			truth[v] += w
+			total += w
+		}
+		w := s.write(0, store.RuleKey{Domain: "api", Rule: "r"}, total)
+		kept := int64(0)
+		written := map[string]bool{}
+		for _, v := range w.Values {
+			written[v.Value] = true
+			kept += v.Limited
+			switch {
+			case v.Limited > truth[v.Value] || v.Limited <= 0:
+				t.Fatalf("seed %d: %q written %d, truth %d", seed, v.Value, v.Limited, truth[v.Value])
+			case v.Sure && v.Limited != truth[v.Value]:
+				t.Fatalf("seed %d: %q sure at %d, truth %d", seed, v.Value, v.Limited, truth[v.Value])
+			}
+		}
+		if w.Untracked != total-kept {
+			t.Fatalf("seed %d: untracked %d, want %d", seed, w.Untracked, total-kept)
+		}
+		// The ValuesPerMinute heaviest are far above total/sketchValues
+		// here; each of those must be written.
+		for v, n := range truth {
+			if n > total/sketchValues*4 && !written[v] {
+				t.Errorf("seed %d: %q limited %d of %d times, not written", seed, v, n, total)
+			}
+		}
 	}
 }

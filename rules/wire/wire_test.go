@@ -186,6 +186,7 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"ack","version":2}`,
 		`{"type":"nack","version":2,"error":"bad"}`,
 		`{"type":"stats","interval_ms":1000,"rules":[{"domain":"d","rule":"r","top_limited":[{"value":"v","count":1}]}]}`,
+		`{"type":"stats","interval_ms":1000,"rules":[{"domain":"d","rule":"r","limited":3,"values":[{"value":"v","count":2},{"value":"w","count":1}]}]}`,
 		`{"type":"quota","epoch":"e","seq":1,"usage":[{"domain":"d","rule":"r","unit":"month","value":"v","start":0,"hits":1,"limit":5}]}`,
 		`{"type":"quota_ack","epoch":"e","seq":1}`,
 		`{"type":7}`, `null`, `{}`,
