@@ -16,9 +16,9 @@ const (
 	// maxTrackedValues bounds the distinct limited values the node tracks
 	// over all rules in one stats interval (wire.MaxValues per rule); a
 	// value beyond either bound is counted in the rule's Limited without
-	// its value. With values of at most maxValueBytes, the tracked values
-	// hold at most about 20 MB; typical short values, about 100 bytes each
-	// (BenchmarkValueSketchMemory).
+	// its value. The tracked values hold about 140 bytes each at 16-byte
+	// values (9 MB when full; BenchmarkValueSketchMemory), at most about
+	// 25 MB at maxValueBytes.
 	maxTrackedValues = 65536
 	// maxValueBytes cuts long descriptor values in Values and TopLimited.
 	maxValueBytes = 256
@@ -109,7 +109,7 @@ func (st *stats) addValue(rs *ruleStats, entries []rules.Entry) {
 	st.tracked++
 }
 
-// valueOf names a request descriptor in TopLimited: the value of a
+// valueOf names a request descriptor in Values and TopLimited: the value of a
 // one-entry descriptor, key=value pairs joined by ", " otherwise; cut to
 // maxValueBytes.
 func valueOf(entries []rules.Entry) string {
