@@ -175,6 +175,8 @@ func New(cfg Config) *API {
 	v1.GET("/stats/totals", viewer, a.h(a.statsTotals))
 	v1.GET("/stats/live", viewer, a.h(a.statsLive))
 	v1.GET("/stats/history", viewer, a.h(a.statsHistory))
+	v1.GET("/stats/values", viewer, a.h(a.statsValues))
+	v1.GET("/stats/values/recent", viewer, a.h(a.statsRecentValues))
 	v1.GET("/stats/domains", viewer, a.h(a.statsDomains))
 	v1.GET("/stats/settings", viewer, a.h(a.statsSettings))
 	v1.GET("/stats/stream", viewer, a.statsStream)

@@ -270,6 +270,8 @@ var scenarios = []scenario{
 	{route: "GET /api/v1/stats/totals", path: "/api/v1/stats/totals?domain=api", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/live", path: "/api/v1/stats/live?domain=api", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/history", path: "/api/v1/stats/history?domain=api&step=300", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/stats/values", path: "/api/v1/stats/values?domain=api&value=k1", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/stats/values/recent", path: "/api/v1/stats/values/recent?domain=api&prefix=k", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/domains", path: "/api/v1/stats/domains", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/settings", path: "/api/v1/stats/settings", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/quotas", path: "/api/v1/quotas?period=2026-12", auth: "viewer", ok: 200},

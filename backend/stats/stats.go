@@ -85,6 +85,9 @@ type Config struct {
 	// SpikeWarmup is how long a rule is watched before its spikes are
 	// judged (DefaultSpikeWarmup when zero; see spikes.go).
 	SpikeWarmup time.Duration
+	// ValueRetention is how long per-value rollups are kept
+	// (DefaultValueRetention when zero; see values.go).
+	ValueRetention time.Duration
 }
 
 // Aggregator holds the fleet's live series. It is safe for concurrent use.
@@ -114,6 +117,11 @@ type Aggregator struct {
 	canary   map[store.RuleKey]*canarySeries // the canary cohort's share (cohort.go)
 	promoted time.Time                       // newest promote seen (cohort.go)
 	pv       previewBuffer                   // the impact preview's spans, not yet written (preview.go)
+
+	valueRetention time.Duration
+	sketched       int                // values in every series' minute sketch (values.go)
+	valueWrites    []store.ValueWrite // per-value rollups not yet written
+	valueRows      int                // values in valueWrites
 }
 
 type minuteKey struct {
@@ -140,6 +148,7 @@ type ownCounts struct {
 	secTop []wire.ValueCount
 	min    int64
 	minC   store.Counts
+	minV   *valueSketch // the minute's limited values (values.go)
 }
 
 type slot struct {
@@ -179,6 +188,7 @@ func New(cfg Config) *Aggregator {
 		domains: make(map[string]bool),
 		subs:    make(map[*Subscription]struct{}),
 	}
+	a.valueRetention = cmp.Or(cfg.ValueRetention, DefaultValueRetention)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -292,6 +302,7 @@ func (a *Aggregator) ingest(m *wire.Stats, at time.Time, canary bool) error {
 		sl.c.Add(c)
 		sl.top = mergeTop(sl.top, r.TopLimited)
 		a.own(s, t, c, r.TopLimited)
+		a.addValuesLocked(s, &m.Rules[i])
 		if canary {
 			a.addCanaryLocked(s.key, t, c.Allowed, c.Limited)
 			s.own.secCA, s.own.secCL = s.own.secCA+c.Allowed, s.own.secCL+c.Limited
@@ -318,7 +329,8 @@ func (a *Aggregator) own(s *series, t int64, c store.Counts, top []wire.ValueCou
 		if !o.minC.Zero() {
 			a.spillMinute(o.min, s.key, o.minC)
 		}
-		o.min, o.minC = minute, store.Counts{}
+		a.spillValues(o.min, s.key, o.minC.Limited, o.minV)
+		o.min, o.minC, o.minV = minute, store.Counts{}, nil
 	}
 	o.minC.Add(c)
 }
@@ -365,6 +377,11 @@ func checkRule(r wire.RuleStats) error {
 		}
 		if v.Count < 0 || v.Count > r.Limited {
 			return fmt.Errorf("top_limited[%d]: count %d is not within 0..limited (%d)", j, v.Count, r.Limited)
+		}
+	}
+	for j, v := range r.Values { // counts: wire.Stats.Validate
+		if err := checkName("value", v.Value); err != nil {
+			return fmt.Errorf("values[%d]: %w", j, err)
 		}
 	}
 	return nil

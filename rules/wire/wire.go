@@ -202,12 +202,21 @@ type RuleStats struct {
 	// interval, most first (at most MaxTopValues), when the node tracks
 	// them.
 	TopLimited []ValueCount `json:"top_limited,omitempty"`
+	// Values is the exact count of each descriptor value this rule limited
+	// in the interval, as far as the node tracked them (at most MaxValues,
+	// most first, each value once). Limited less their sum is what the
+	// node limited without naming the value: the console then knows that
+	// its per-value figures for the interval are only lower bounds. A node
+	// that predates Values sends none (all of Limited is unnamed).
+	Values []ValueCount `json:"values,omitempty"`
 }
 
 // Limits on a Stats message, checked by Stats.Validate.
 const (
 	MaxStatsRules = 10000
 	MaxTopValues  = 10
+	// MaxValues bounds one rule's Values in one report.
+	MaxValues = 4096
 )
 
 // Stats is a node's periodic report of its decisions since its previous
@@ -235,6 +244,20 @@ func (s *Stats) Validate() error {
 		}
 		if len(r.TopLimited) > MaxTopValues {
 			return fmt.Errorf("stats: rules[%d]: more than %d top values", i, MaxTopValues)
+		}
+		if len(r.Values) > MaxValues {
+			return fmt.Errorf("stats: rules[%d]: more than %d values", i, MaxValues)
+		}
+		sum := int64(0)
+		for _, v := range r.Values {
+			if v.Count <= 0 || v.Count > r.Limited {
+				return fmt.Errorf("stats: rules[%d]: a value's count %d is not within 1..limited (%d)", i, v.Count, r.Limited)
+			}
+			// Compared before adding: the sum never overflows.
+			if v.Count > r.Limited-sum {
+				return fmt.Errorf("stats: rules[%d]: the values' counts add up to more than limited (%d)", i, r.Limited)
+			}
+			sum += v.Count
 		}
 	}
 	return validatePreviews(s.Preview)
