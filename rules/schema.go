@@ -60,7 +60,7 @@ var objects = []*object{
 			{name: "descriptors", kind: listKind, ref: "descriptor",
 				doc: "The descriptor tree: each request descriptor is matched down it, entry by entry."},
 			{name: "overrides", kind: listKind, ref: "override",
-				doc: "Another rate for the request descriptors with exactly these entries: the limit they match, with its unit and requests_per_unit replaced. The console writes this section for its temporary overrides.",
+				doc:   "Another rate for the request descriptors with exactly these entries: the limit they match, with its unit and requests_per_unit replaced. The console writes this section for its temporary overrides.",
 				extra: map[string]any{"maxItems": MaxOverrides}},
 		},
 	},
