@@ -54,6 +54,10 @@ type Snapshot struct {
 	Version  int64            `json:"version"`
 	Checksum string           `json:"checksum"`
 	Domains  []DomainRevision `json:"domains"`
+	// RulesVersion is the latest version, at or before Version, that
+	// changed a domain's own YAML: versions that only start or end
+	// overrides do not move it, so GitOps tools compare it.
+	RulesVersion int64 `json:"rules_version"`
 }
 
 // WireDomains returns the snapshot's domains in push-protocol form.
@@ -690,7 +694,7 @@ func (s *Store) FindSnapshot(ctx context.Context, v int64) (Snapshot, error) {
 			return err
 		}
 		snap = Snapshot{Version: v, Checksum: row.Checksum, Domains: domains}
-		return nil
+		return tx.Raw("SELECT coalesce(max(version), 0) FROM domain_revisions WHERE version <= ?", v).Scan(&snap.RulesVersion).Error
 	}, readOnly)
 	return snap, err
 }
