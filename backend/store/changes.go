@@ -57,7 +57,7 @@ type changeRow struct {
 	Domain        string
 	YAML          string `gorm:"column:yaml"`
 	Deleted       bool
-	Edits         []DomainEdit `gorm:"serializer:json"` // NULL unless kind is ruleset
+	Edits         []DomainEdit  `gorm:"serializer:json"` // NULL unless kind is ruleset
 	Override      *OverrideSpec `gorm:"serializer:json"` // NULL unless kind is override
 	BaseVersion   int64
 	RollbackOf    *int64
