@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -153,4 +154,44 @@ func TestWithOverrides(t *testing.T) {
 	if d, err := Parse("api.yaml", out); err != nil || len(d.Overrides) != 1 {
 		t.Errorf("flow document: %v, %+v\n%s", err, d, out)
 	}
+}
+
+// FuzzWithOverrides: for any valid domain and any override, WithOverrides
+// never panics, and what it returns parses, keeps the domain's rules, and
+// holds the override exactly when its entries match a limit.
+func FuzzWithOverrides(f *testing.F) {
+	addFixtures(f, func(src []byte) { f.Add(src, "api_key", "k1") })
+	f.Add([]byte(overridesBase), "api_key", "k1")
+	f.Add([]byte(overridesBase), "plan", "free-*")
+	f.Add([]byte("{domain: a, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]}"), "k", "v")
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n...\n"), "k", "v")
+	f.Fuzz(func(t *testing.T, src []byte, key, value string) {
+		d, err := Parse("a.yaml", src)
+		if err != nil || len(d.Overrides) > 0 {
+			return
+		}
+		o := Override{Entries: []Entry{{Key: key, Value: value}}, Unit: Hour, RequestsPerUnit: 7}
+		out, skipped, err := WithOverrides("a.yaml", src, []Override{o}, []string{"note\nwith a newline"})
+		if err != nil {
+			t.Fatalf("WithOverrides: %v", err)
+		}
+		got, err := Parse("a.yaml", out)
+		if err != nil {
+			t.Fatalf("the result does not parse: %v\n%s", err, out)
+		}
+		if !bytes.Equal(Format(&Domain{Name: got.Name, DefaultAlgorithm: got.DefaultAlgorithm, RequestDescriptors: got.RequestDescriptors, Descriptors: got.Descriptors}), Format(d)) {
+			t.Fatalf("the domain's rules changed:\n%s", out)
+		}
+		if len(skipped) == 0 {
+			set, err := Compile([]*Domain{got})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l := set.Match(got.Name, o.Entries); l == nil || l.RequestsPerUnit != 7 || l.Unit != Hour {
+				t.Fatalf("the override does not apply: %+v\n%s", l, out)
+			}
+		} else if len(got.Overrides) != 0 {
+			t.Fatalf("a skipped override is in the result:\n%s", out)
+		}
+	})
 }
