@@ -195,3 +195,31 @@ func FuzzWithOverrides(f *testing.F) {
 		}
 	})
 }
+
+func TestDiffOverrides(t *testing.T) {
+	t.Parallel()
+	parse := func(section string) *Domain {
+		t.Helper()
+		d, err := Parse("api.yaml", []byte(overridesBase+section))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	a := parse("overrides:\n  - entries: [{key: api_key, value: k1}]\n    rate_limit: {unit: hour, requests_per_unit: 8}\n" +
+		"  - entries: [{key: api_key, value: k2}]\n    rate_limit: {unit: hour, requests_per_unit: 8}\n")
+	b := parse("overrides:\n  - entries: [{key: api_key, value: k2}]\n    rate_limit: {unit: hour, requests_per_unit: 9}\n" +
+		"  - entries: [{key: plan, value: free-trial}]\n    rate_limit: {unit: day, requests_per_unit: 5000}\n")
+	var got []string
+	for _, c := range Diff([]*Domain{a}, []*Domain{b}) {
+		got = append(got, c.String())
+	}
+	want := []string{
+		"api: override (api_key=k2) changed: rate_limit.requests_per_unit 8 → 9",
+		"api: override (plan=free-trial) added: rate_limit.unit day, rate_limit.requests_per_unit 5000",
+		"api: override (api_key=k1) removed: rate_limit.unit hour, rate_limit.requests_per_unit 8",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Diff =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
