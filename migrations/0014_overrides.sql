@@ -36,6 +36,20 @@ CREATE INDEX overrides_due ON overrides (expires_at) WHERE status = 'active';
 CREATE INDEX overrides_domain ON overrides (domain, id);
 CREATE INDEX overrides_versions ON overrides (version, ended_version);
 
+-- enforced_domains keeps, for each version and each domain that had
+-- overrides in it, the YAML nodes were sent: the domain's YAML with its
+-- overrides section, as composed when the version was written. Reading a
+-- version never composes it again, so its checksum holds whatever a later
+-- console would write.
+CREATE TABLE enforced_domains (
+    version bigint NOT NULL,
+    domain  text   NOT NULL,
+    yaml    text   NOT NULL,
+    PRIMARY KEY (version, domain)
+);
+CREATE TRIGGER enforced_domains_no_update BEFORE UPDATE OR DELETE ON enforced_domains
+    FOR EACH ROW EXECUTE FUNCTION refuse_change();
+
 -- A change request of kind override publishes the override it carries (the
 -- JSON of an OverrideRequest) when approved.
 ALTER TABLE change_requests ADD COLUMN override jsonb;

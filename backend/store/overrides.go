@@ -211,12 +211,52 @@ func attachOverrides(tx *gorm.DB, v int64, domains []DomainRevision) error {
 	for _, r := range rows {
 		byDomain[r.Domain] = append(byDomain[r.Domain], r.active())
 	}
+	var kept []enforcedRow
+	if err := tx.Where("version = ?", v).Find(&kept).Error; err != nil {
+		return fmt.Errorf("read enforced domains of version %d: %w", v, err)
+	}
+	stored := make(map[string]string, len(kept))
+	for _, k := range kept {
+		stored[k.Domain] = k.YAML
+	}
 	for i := range domains {
 		d := &domains[i]
 		if ovs := byDomain[d.Name]; len(ovs) > 0 {
 			d.Overrides = ovs
-			d.enforced = enforcedYAML(d.Name, d.YAML, ovs)
+			if y, ok := stored[d.Name]; ok {
+				d.enforced = y
+			} else {
+				d.enforced = enforcedYAML(d.Name, d.YAML, ovs)
+			}
 		}
+	}
+	return nil
+}
+
+// enforcedRow is the YAML a domain with overrides was sent as in a version.
+type enforcedRow struct {
+	Version int64  `gorm:"primaryKey"`
+	Domain  string `gorm:"primaryKey"`
+	YAML    string `gorm:"column:yaml"`
+}
+
+func (enforcedRow) TableName() string { return "enforced_domains" }
+
+// keepEnforced records what version v sends for each of its domains with
+// overrides (domains, as snapshotAt composed them while v is written), so
+// that reading v later gives the same YAML and checksum.
+func keepEnforced(tx *gorm.DB, v int64, domains []DomainRevision) error {
+	var rows []enforcedRow
+	for _, d := range domains {
+		if d.enforced != "" {
+			rows = append(rows, enforcedRow{Version: v, Domain: d.Name, YAML: d.enforced})
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := tx.Create(&rows).Error; err != nil {
+		return fmt.Errorf("write enforced domains of version %d: %w", v, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/rules/wire"
 )
 
 const overrideDomain = `domain: api
@@ -125,6 +126,17 @@ func TestOverrideLifecycle(t *testing.T) {
 	}
 	if n := len(auditActions(t, st, "override.end")); n != 1 {
 		t.Errorf("%d override.end events, want 1", n)
+	}
+	// Every version's stored checksum is what its snapshot hashes to, as
+	// nodes check it.
+	for v := v1; v <= v4; v++ {
+		snap, err := st.FindSnapshot(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := wire.Checksum(snap.WireDomains()); got != snap.Checksum {
+			t.Errorf("version %d: snapshot hashes to %s, its checksum is %s", v, got, snap.Checksum)
+		}
 	}
 	if res, err := st.VerifyAudit(ctx); err != nil || !res.OK {
 		t.Errorf("audit chain: %+v %v", res, err)

@@ -540,6 +540,9 @@ func writeVersion(tx *gorm.DB, v int64, p plan, meta versionMeta) error {
 	if err := checkSnapshotSize(v, domains); err != nil {
 		return err
 	}
+	if err := keepEnforced(tx, v, domains); err != nil {
+		return err
+	}
 	row := versionRow{Version: v, CreatedAt: time.Now().UTC(), Author: meta.author, Message: meta.message,
 		RollbackOf: p.rollbackOf, Checksum: checksum(domains), ApprovedBy: meta.approvedBy, ChangeID: meta.changeID}
 	if err := tx.Create(&row).Error; err != nil {
