@@ -265,3 +265,51 @@ func TestInspectEdges(t *testing.T) {
 		t.Errorf("no store: %v, want ErrNoCounters", err)
 	}
 }
+
+// FuzzLimits: any descriptors either match (each limit from a descriptor of
+// the request, with a key per shard) or are refused as invalid; never a
+// panic.
+func FuzzLimits(f *testing.F) {
+	eng := engine.New(nil, "")
+	set, err := rules.Parse("test.yaml", []byte(inspectYAML))
+	if err != nil {
+		f.Fatal(err)
+	}
+	cs, err := rules.Compile([]*rules.Domain{set})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := eng.Apply(1, cs); err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{"org=o1;org=o1,user=u1", "sharded=x", "free=", "", "a\x00=b", "%{}:#=1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var r engine.Request
+		r.Domain = "api"
+		for _, d := range strings.Split(s, ";") {
+			var es []rules.Entry
+			for _, kv := range strings.Split(d, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				es = append(es, rules.Entry{Key: k, Value: v})
+			}
+			r.Descriptors = append(r.Descriptors, engine.Descriptor{Entries: es})
+		}
+		ins, err := eng.Limits(r)
+		if err != nil {
+			if !errors.Is(err, engine.ErrInvalidRequest) {
+				t.Fatalf("Limits(%q): %v", s, err)
+			}
+			return
+		}
+		for _, l := range ins.Limits {
+			if l.Descriptor < 0 || l.Descriptor >= len(r.Descriptors) || l.Limit == nil {
+				t.Fatalf("Limits(%q): %+v", s, l)
+			}
+			if l.Counted() && len(l.Keys()) != max(int(l.Limit.Shards), 1) {
+				t.Fatalf("Limits(%q): %d keys for %d shards", s, len(l.Keys()), l.Limit.Shards)
+			}
+		}
+	})
+}
