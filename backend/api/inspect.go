@@ -93,14 +93,14 @@ type checkEntryJSON struct {
 }
 
 type inspectRequest struct {
-	Domain      string           `json:"domain"`
+	Domain      string                `json:"domain"`
 	Descriptors []checkDescriptorJSON `json:"descriptors"`
 }
 
 type resetRequest struct {
-	Domain      string           `json:"domain"`
+	Domain      string                `json:"domain"`
 	Descriptors []checkDescriptorJSON `json:"descriptors"`
-	Message     string           `json:"message"`
+	Message     string                `json:"message"`
 }
 
 // engineRequest is the check request of domain and ds (bounded by the
