@@ -313,3 +313,60 @@ func FuzzLimits(f *testing.F) {
 		}
 	})
 }
+
+// TestInspectLease: units a node leased count as used from the grant on,
+// while the node spends them, until it gives the rest back.
+func TestInspectLease(t *testing.T) {
+	t.Parallel()
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	r := limiter.NewRedis(client)
+	eng := engine.New(r, testenv.KeyPrefix(t), engine.WithLeases(r, engine.LeaseOptions{MinRate: -1, Units: 20, MaxLifetime: time.Minute}))
+	if err := eng.Apply(1, compile(t, `domain: api
+descriptors:
+  - key: hot
+    algorithm: fixed_window
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+    lease: true
+`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	hot := req(entry("hot", "k"))
+	used := func() int64 {
+		t.Helper()
+		ins, err := eng.Inspect(ctx, hot)
+		if err != nil || len(ins.Limits) != 1 {
+			t.Fatalf("Inspect = %+v, %v", ins, err)
+		}
+		return ins.Limits[0].Used
+	}
+	t.Cleanup(func() {
+		if ins, err := eng.Limits(hot); err == nil {
+			_, _ = eng.Reset(context.Background(), ins)
+		}
+	})
+	check(t, eng, hot) // counted in Redis; asks for a lease of 20
+	deadline := time.Now().Add(10 * time.Second)
+	for used() != 21 {
+		if time.Now().After(deadline) {
+			t.Fatalf("used %d, want 21 once the lease of 20 is granted", used())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 5 {
+		check(t, eng, hot) // from the lease: Redis is not asked
+	}
+	if got := used(); got != 21 {
+		t.Errorf("used while the lease is spent: %d, want 21 (the leased units counted from the grant)", got)
+	}
+	if err := eng.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := used(); got != 6 {
+		t.Errorf("used after the lease was given back: %d, want 6 (the checks)", got)
+	}
+}
