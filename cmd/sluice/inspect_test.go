@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -137,5 +138,27 @@ func TestCtlInspectReset(t *testing.T) {
 	}
 	if got := used("c2"); got["per-customer"] != 3 || got["search"] != 3 {
 		t.Errorf("inspect c2 after c1's reset = %v, want its 3 used untouched", got)
+	}
+}
+
+// TestConsoleRedisURL: the console takes --redis-url / REDIS_URL (empty
+// by default), prints it redacted, and refuses a URL it cannot use.
+func TestConsoleRedisURL(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	env := map[string]string{"REDIS_URL": "redis+cluster://:pw@h1:7000,h2:7001"}
+	if err := run(context.Background(), []string{"console", "--print-config"}, func(k string) string { return env[k] }, &out, &errOut); err != nil {
+		t.Fatalf("print-config: %v\n%s", err, errOut.String())
+	}
+	if got := out.String(); !strings.Contains(got, "redis_url=redis+cluster://") || strings.Contains(got, "pw@") {
+		t.Errorf("print-config with REDIS_URL:\n%s", got)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"console", "--print-config"}, func(string) string { return "" }, &out, &errOut); err != nil || !strings.Contains(out.String(), "redis_url=\n") {
+		t.Errorf("print-config without REDIS_URL: %v\n%s", err, out.String())
+	}
+	err := run(context.Background(), []string{"console", "--redis-url", "redis+sentinel://s1:1"}, func(string) string { return "" }, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "counter store") {
+		t.Errorf("a bad --redis-url: %v, want an error about the counter store", err)
 	}
 }
