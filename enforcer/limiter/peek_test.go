@@ -226,3 +226,34 @@ func TestPeekStoresAgree(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPeek measures Peek of one limit with three counted hits, per
+// algorithm, with concurrent callers (the console's inspect is one Peek of
+// the limits of a request):
+//
+//	go test -run '^$' -bench BenchmarkPeek -benchtime 5000x ./enforcer/limiter/
+func BenchmarkPeek(b *testing.B) {
+	r, _, prefix := newTestRedis(b)
+	for _, base := range peekAlgorithms {
+		name := string(base.Algorithm)
+		if base.Calendar {
+			name += "_calendar"
+		}
+		b.Run(name, func(b *testing.B) {
+			req := base
+			req.Key, req.Hits = testKey(prefix, "bench-"+name), 1
+			for range 3 {
+				take(b, r, req)
+			}
+			b.SetParallelism(2)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := r.Peek(context.Background(), []Request{req}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
