@@ -348,3 +348,22 @@ func TestResetStoreDown(t *testing.T) {
 		t.Errorf("audit chain: %s", body)
 	}
 }
+
+// TestInspectSeesOverride: inspect reads the limits nodes enforce, so a
+// temporary override's rate shows for its customer and only for it.
+func TestInspectSeesOverride(t *testing.T) {
+	t.Parallel()
+	f, _ := supportFixture(t)
+	body := fmt.Sprintf(`{"domain":"shop","entries":[{"key":"customer","value":"c1"}],"rate_limit":{"unit":"hour","requests_per_unit":5000},"expires_at":%q,"message":"ticket 42"}`,
+		time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	if status, out := f.call(t, "POST", "/api/v1/overrides", "admin", body); status != 201 {
+		t.Fatalf("create override = %d %s", status, out)
+	}
+	for value, want := range map[string]int64{"c1": 5000, "c2": 1000} {
+		var got inspection
+		f.decodeJSON(t, "POST", "/api/v1/inspect", "viewer", inspectBody("", descriptor("customer", value)), 200, &got)
+		if got.Version != 2 || len(got.Limits) != 1 || got.Limits[0].RequestsPerUnit != want {
+			t.Errorf("inspect %s = %+v, want version 2 and %d requests per hour", value, got, want)
+		}
+	}
+}
