@@ -83,8 +83,15 @@ func (a *API) page(fn func(c *gin.Context) error) gin.HandlerFunc {
 		if err == nil {
 			return
 		}
-		var pe *pageError
-		if !errors.As(err, &pe) {
+		var (
+			pe *pageError
+			ae *apiError
+		)
+		if !errors.As(err, &pe) && errors.As(err, &ae) {
+			a.fail(c, err) // not a sign-in to explain (SSO not configured)
+			return
+		}
+		if pe == nil {
 			a.log.ErrorContext(c, "sign-in failed", "route", c.FullPath(), "request_id", c.GetString("request_id"), "error", err)
 			pe = &pageError{status: http.StatusInternalServerError, title: "Sign-in failed", message: "The console could not complete the sign-in. Try again."}
 		}
@@ -116,9 +123,8 @@ var signInPage = template.Must(template.New("signin").Parse(`<!doctype html>
 func (e *pageError) Title() string   { return e.title }
 func (e *pageError) Message() string { return e.message }
 
-func ssoNotConfigured() *pageError {
-	return &pageError{status: http.StatusNotFound, title: "Single sign-on is not configured",
-		message: "This console has no identity provider. Sign in with your username and password."}
+func ssoNotConfigured() error {
+	return httpError(http.StatusNotFound, "not_configured", "single sign-on is not configured on this console")
 }
 
 // oidcLogin starts a sign-in at the identity provider: it keeps the flow's

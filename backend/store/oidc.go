@@ -60,7 +60,7 @@ func (s *Store) SignInOIDC(ctx context.Context, id OIDCIdentity, actor Actor) (u
 	domains = slices.Compact(domains)
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		// Two first sign-ins of one person at once must make one user.
-		if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", "oidc:"+id.Issuer+"\x00"+id.Subject).Error; err != nil {
+		if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))", "oidc:"+id.Issuer, id.Subject).Error; err != nil {
 			return fmt.Errorf("lock identity: %w", err)
 		}
 		var row userRow
