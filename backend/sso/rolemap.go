@@ -63,6 +63,9 @@ func ParseRoleMap(s string) (RoleMap, error) {
 				return RoleMap{}, fmt.Errorf("role map entry %q: want GROUP=ROLE or GROUP=ROLE:DOMAIN,DOMAIN", e)
 			}
 			group, rhs := strings.TrimSpace(e[:i]), strings.TrimSpace(e[i+1:])
+			if strings.HasPrefix(group, "#") {
+				return RoleMap{}, fmt.Errorf("role map entry %q: a group may not start with '#' (a comment starts a line)", e)
+			}
 			role, list, scoped := strings.Cut(rhs, ":")
 			role = strings.TrimSpace(role)
 			if roleRank[role] == 0 {

@@ -290,12 +290,16 @@ var usernameChars = regexp.MustCompile(`[^A-Za-z0-9_.@-]+`)
 // provider's preferred_username, else the email, else "sso-" and the
 // subject, in the username alphabet and at most 64 bytes.
 func (id Identity) Username() string {
-	for _, c := range []string{id.PreferredUsername, id.Email, "sso-" + id.Subject} {
+	candidates := []string{id.PreferredUsername, id.Email}
+	if id.Subject != "" {
+		candidates = append(candidates, "sso-"+id.Subject)
+	}
+	for _, c := range candidates {
 		name := strings.Trim(usernameChars.ReplaceAllString(c, "-"), "-")
 		if len(name) > 64 {
 			name = name[:64]
 		}
-		if name != "" && name != "sso-" {
+		if name != "" && name != "sso" {
 			return name
 		}
 	}
