@@ -132,9 +132,8 @@ func createOIDCUser(tx *gorm.DB, id OIDCIdentity, domains []string, actor Actor)
 		if err := tx.SavePoint("oidc_user").Error; err != nil {
 			return userRow{}, err
 		}
-		var uid int64
-		err := tx.Raw(`INSERT INTO users (username, password_hash, role, domains, oidc_issuer, oidc_subject, created_at)
-			VALUES (?, '', ?, `+textArray+`, ?, ?, ?) RETURNING id`, name, id.Role, jsonText(domains), id.Issuer, id.Subject, time.Now().UTC()).Scan(&uid).Error
+		link := oidcUserRow{Username: name, Role: id.Role, OIDCIssuer: id.Issuer, OIDCSubject: id.Subject, CreatedAt: time.Now().UTC()}
+		err := tx.Create(&link).Error
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
 			if err := tx.RollbackTo("oidc_user").Error; err != nil {
 				return userRow{}, err
@@ -143,6 +142,10 @@ func createOIDCUser(tx *gorm.DB, id OIDCIdentity, domains []string, actor Actor)
 		}
 		if err != nil {
 			return userRow{}, fmt.Errorf("create user: %w", err)
+		}
+		uid := link.ID
+		if err := tx.Exec("UPDATE users SET domains = "+textArray+" WHERE id = ?", jsonText(domains), uid).Error; err != nil {
+			return userRow{}, fmt.Errorf("write grants: %w", err)
 		}
 		var row userRow
 		if err := tx.Where("id = ?", uid).Take(&row).Error; err != nil {
@@ -155,6 +158,20 @@ func createOIDCUser(tx *gorm.DB, id OIDCIdentity, domains []string, actor Actor)
 	}
 	return userRow{}, &RefusedError{Reason: fmt.Sprintf("no free username like %q", base)}
 }
+
+// oidcUserRow is a new user linked to an identity provider; it has no
+// password (an empty hash matches none).
+type oidcUserRow struct {
+	ID           int64 `gorm:"primaryKey"`
+	Username     string
+	PasswordHash string
+	Role         string
+	OIDCIssuer   string `gorm:"column:oidc_issuer"`
+	OIDCSubject  string `gorm:"column:oidc_subject"`
+	CreatedAt    time.Time
+}
+
+func (oidcUserRow) TableName() string { return "users" }
 
 // UserGrants returns a user's role, domain grants and, for a user linked
 // to an identity provider, its issuer and subject.
