@@ -378,7 +378,7 @@ func TestOIDCGroupChangeAppliesAtNextSignIn(t *testing.T) {
 	if _, me := b.me(); me["role"] != "admin" {
 		t.Errorf("GET /me = %v; want admin", me)
 	}
-	_, audit := sf.call(t, "GET", "/api/v1/audit?action=user.grants", "admin", "")
+	_, audit := sf.call(t, "GET", "/api/v1/audit?action=user.role", "admin", "")
 	if !strings.Contains(audit, `"role":"admin"`) || !strings.Contains(audit, `"role":"editor"`) {
 		t.Errorf("audit has no grant change: %s", excerpt(audit))
 	}

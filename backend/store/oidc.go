@@ -40,11 +40,12 @@ const maxUsernameBytes = 64
 // SignInOIDC links id to its user (found by issuer and subject, created on
 // the first sign-in), sets the user's role and domain grants to id's, and
 // starts a session, all in one transaction. The audit trail gets
-// user.create for a new user, user.grants when the role or domains changed,
-// and auth.login with method oidc. The provider's word on the role is final
-// for a linked user, even for the last enabled admin: the local break-glass
-// admin keeps the console administrable. A disabled user gets
-// ErrUserDisabled and nothing changes.
+// user.create for a new user and user.role (with the domains) when the
+// role or domains changed, both by actor system:oidc, and auth.login with
+// method oidc by the user. The provider's word on the role is final for a
+// linked user, even for the last enabled admin: the local break-glass admin
+// keeps the console administrable. A disabled user gets ErrUserDisabled and
+// nothing changes.
 func (s *Store) SignInOIDC(ctx context.Context, id OIDCIdentity, actor Actor) (u User, secret, csrf string, err error) {
 	if id.Issuer == "" || id.Subject == "" {
 		return User{}, "", "", &InvalidError{Reason: "an identity needs an issuer and a subject"}
@@ -86,7 +87,7 @@ func (s *Store) SignInOIDC(ctx context.Context, id OIDCIdentity, actor Actor) (u
 				}
 				act := actor
 				act.Name, act.Owner = "system:oidc", ""
-				if err := appendAudit(tx, act, "user.grants", userTarget(row), "from the identity provider at sign-in",
+				if err := appendAudit(tx, act, "user.role", userTarget(row), "from the identity provider at sign-in",
 					map[string]any{"role": row.Role, "domains": before}, map[string]any{"role": id.Role, "domains": domains}); err != nil {
 					return err
 				}
