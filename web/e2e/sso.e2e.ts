@@ -6,7 +6,7 @@
 // break-glass password still works; once it is up, SSO signs people in
 // with the role their groups map to, and a person whose groups have none is
 // told why.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
@@ -20,10 +20,13 @@ import {
   signIn,
   startConsole,
   startOIDCProvider,
+  repo,
   watch,
   type Proc,
   type TestDatabase,
 } from './harness';
+
+const shots = join(repo, 'web/e2e/screenshots');
 
 let db: TestDatabase;
 let consoleProc: Proc;
@@ -58,6 +61,7 @@ beforeAll(async () => {
   await admin.login('admin', adminPassword);
   await admin.call('POST', '/api/v1/users', { username: 'alice', password: 'alice-password', role: 'editor' }, 201);
   browser = await launchBrowser();
+  mkdirSync(shots, { recursive: true });
 });
 
 afterAll(async () => {
@@ -87,8 +91,10 @@ describe('single sign-on', () => {
     const sso = page.getByRole('link', { name: 'Sign in with SSO' });
     await sso.waitFor();
     await expect(page.getByText('Break-glass accounts only:').isVisible()).resolves.toBe(true);
+    await page.screenshot({ path: join(shots, 'sso-login.png') });
     await sso.click();
     await page.getByRole('heading', { level: 1, name: 'The identity provider is unavailable' }).waitFor();
+    await page.screenshot({ path: join(shots, 'sso-provider-down.png') });
     await expect(page.getByRole('alert').textContent()).resolves.toContain('break-glass account can still sign in with a password');
 
     // Someone who is not a break-glass account is told to use SSO.
