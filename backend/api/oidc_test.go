@@ -330,6 +330,7 @@ func TestOIDCRefusesBadIDTokens(t *testing.T) {
 		{"forged", oidcop.Faults{WrongKey: true}, "signature"},
 		{"expired", oidcop.Faults{IDTokenLifetime: -time.Minute}, "expired"},
 		{"wrong audience", oidcop.Faults{Audience: "another-app"}, "audience"},
+		{"shared audience, another authorized party", oidcop.Faults{Audience: "another-app", SharedAudience: true}, "authorized party"},
 		{"replayed", oidcop.Faults{ReplayIDToken: true}, "nonce"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -192,9 +192,10 @@ type RejectedError struct{ Reason string }
 func (e *RejectedError) Error() string { return e.Reason }
 
 // Finish completes a sign-in: it redeems code with the flow's PKCE
-// verifier and verifies the ID token (signature against the provider's
-// published keys, issuer, audience = client ID, expiry, and the flow's
-// nonce). It fails with *UnavailableError when the provider cannot be
+// verifier and verifies the ID token: signature against the provider's
+// published keys, issuer, audience including the client ID, an authorized
+// party (azp), if any, that is the client, expiry, and the flow's nonce.
+// It fails with *UnavailableError when the provider cannot be
 // reached and *RejectedError when the provider refuses the code or the
 // token fails a check.
 func (p *Provider) Finish(ctx context.Context, f Flow, code string) (Identity, error) {
@@ -218,6 +219,17 @@ func (p *Provider) Finish(ctx context.Context, f Flow, code string) (Identity, e
 	idt, err := op.Verifier(&oidc.Config{ClientID: p.cfg.ClientID}).Verify(ctx, raw)
 	if err != nil {
 		return Identity{}, &RejectedError{Reason: "the ID token is not valid: " + verifyReason(err)}
+	}
+	var azp struct {
+		AuthorizedParty string `json:"azp"`
+	}
+	if err := idt.Claims(&azp); err != nil {
+		return Identity{}, &RejectedError{Reason: "the ID token's claims cannot be read"}
+	}
+	if azp.AuthorizedParty != "" && azp.AuthorizedParty != p.cfg.ClientID {
+		// OpenID Connect Core 3.1.3.7: a token shared among audiences
+		// must have been requested by this client.
+		return Identity{}, &RejectedError{Reason: fmt.Sprintf("the ID token was issued to another client (authorized party %q)", Clip(azp.AuthorizedParty, 100))}
 	}
 	if idt.Nonce != f.Nonce {
 		return Identity{}, &RejectedError{Reason: "the ID token was not issued for this sign-in (nonce mismatch): it may be replayed"}

@@ -56,6 +56,9 @@ type Faults struct {
 	// provider signs it as usual and answers with it instead of the
 	// client's own (a token meant for another application).
 	Audience string
+	// SharedAudience, with Audience, also lists the client among that
+	// token's audiences; its authorized party (azp) stays the other client.
+	SharedAudience bool
 	// IDTokenLifetime, when not zero, replaces the 5-minute lifetime; a
 	// negative one issues tokens that have already expired.
 	IDTokenLifetime time.Duration
@@ -261,6 +264,9 @@ func (s *storage) tokenFaults(issuer string, next http.Handler) http.Handler {
 			if ar, ok := s.requests[id]; ok {
 				cp := *ar
 				cp.clientID = faults.Audience
+				if faults.SharedAudience {
+					cp.audience = []string{ar.clientID}
+				}
 				other = &cp
 			}
 		}
@@ -503,6 +509,7 @@ type authRequest struct {
 	responseType oidc.ResponseType
 	responseMode oidc.ResponseMode
 	challenge    *oidc.CodeChallenge
+	audience     []string // besides the client
 	subject      string
 	done         bool
 	authTime     time.Time
@@ -523,8 +530,8 @@ func (a *authRequest) GetState() string                      { return a.state }
 func (a *authRequest) GetSubject() string                    { return a.subject }
 func (a *authRequest) Done() bool                            { return a.done }
 
-// GetAudience is the client.
-func (a *authRequest) GetAudience() []string { return []string{a.clientID} }
+// GetAudience is the client and any other audience.
+func (a *authRequest) GetAudience() []string { return append([]string{a.clientID}, a.audience...) }
 
 type client struct {
 	Client
