@@ -467,6 +467,11 @@ func TestOIDCProviderDown(t *testing.T) {
 	if p.status != http.StatusBadGateway || !strings.Contains(p.body, "identity provider is unavailable") {
 		t.Errorf("callback with the provider down = %d %s; want 502", p.status, excerpt(p.body))
 	}
+	// Down after the console has known it: the next sign-in is told so
+	// rather than sent to a dead address.
+	if p := b.start(""); p.status != http.StatusBadGateway || !strings.Contains(p.body, "identity provider is unavailable") {
+		t.Errorf("SSO with the provider down again = %d %s; want 502", p.status, excerpt(p.body))
+	}
 }
 
 func TestReturnPath(t *testing.T) {

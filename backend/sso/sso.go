@@ -5,7 +5,9 @@
 // only package that imports go-oidc and golang.org/x/oauth2.
 //
 // Discovery is lazy: the console starts whether or not the provider
-// answers, and each sign-in retries discovery until it has once succeeded.
+// answers, and each sign-in reads the provider's metadata again, so a
+// provider that is down gets a clear answer and one that comes back works
+// at once.
 package sso
 
 import (
@@ -118,11 +120,11 @@ func (e *UnavailableError) Error() string {
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // discover returns the provider's metadata, fetching it if no earlier
-// attempt succeeded.
-func (p *Provider) discover(ctx context.Context) (*oidc.Provider, error) {
+// attempt succeeded (or always, with fresh).
+func (p *Provider) discover(ctx context.Context, fresh bool) (*oidc.Provider, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.provider != nil {
+	if p.provider != nil && !fresh {
 		return p.provider, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -139,7 +141,7 @@ func (p *Provider) discover(ctx context.Context) (*oidc.Provider, error) {
 // Discover fetches the provider's metadata now, if no earlier attempt
 // succeeded, and reports whether it could.
 func (p *Provider) Discover(ctx context.Context) error {
-	_, err := p.discover(ctx)
+	_, err := p.discover(ctx, false)
 	return err
 }
 
@@ -158,10 +160,13 @@ type Flow struct {
 }
 
 // Start begins a sign-in: it returns the flow's secrets and the provider
-// URL to send the browser to. It fails with *UnavailableError when the
-// provider cannot be discovered.
+// URL to send the browser to. It reads the provider's metadata afresh each
+// time, so that a provider that went down since gets *UnavailableError
+// (and the person a page saying so) rather than a browser sent to a dead
+// address; it also picks up changed endpoints. Sign-ins are rare: one
+// small request each.
 func (p *Provider) Start(ctx context.Context) (Flow, string, error) {
-	op, err := p.discover(ctx)
+	op, err := p.discover(ctx, true)
 	if err != nil {
 		return Flow{}, "", err
 	}
@@ -199,7 +204,7 @@ func (e *RejectedError) Error() string { return e.Reason }
 // reached and *RejectedError when the provider refuses the code or the
 // token fails a check.
 func (p *Provider) Finish(ctx context.Context, f Flow, code string) (Identity, error) {
-	op, err := p.discover(ctx)
+	op, err := p.discover(ctx, false)
 	if err != nil {
 		return Identity{}, err
 	}
