@@ -5,7 +5,7 @@
 // is down at first: the SSO button leads to a page that says so and the
 // break-glass password still works; once it is up, SSO signs people in
 // with the role their groups map to, and a person whose groups have none is
-// told why.
+// told why; when it goes down again, the SSO button says so again.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -141,6 +141,15 @@ describe('single sign-on', () => {
     await page.getByRole('heading', { level: 1, name: 'No access to Sluice' }).waitFor();
     await expect(page.getByRole('alert').textContent()).resolves.toContain('none of your groups (contractors)');
     await expect(me(page)).resolves.toMatchObject({ error: { code: 'unauthorized' } });
+    await page.context().close();
+  });
+
+  it('says so when the provider goes down after people have signed in through it', async () => {
+    await provider?.stop();
+    const page = await freshPage();
+    await page.goto(base);
+    await page.getByRole('link', { name: 'Sign in with SSO' }).click();
+    await page.getByRole('heading', { level: 1, name: 'The identity provider is unavailable' }).waitFor();
     await page.context().close();
   });
 });
