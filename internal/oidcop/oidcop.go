@@ -306,8 +306,16 @@ func (s *storage) tokenFaults(issuer string, next http.Handler) http.Handler {
 	})
 }
 
-// CreateAuthRequest implements op.Storage.
+// CreateAuthRequest implements op.Storage. Like a strict provider, it
+// requires PKCE with S256 and a nonce, so a client that sends neither is
+// refused here rather than trusted.
 func (s *storage) CreateAuthRequest(_ context.Context, req *oidc.AuthRequest, _ string) (op.AuthRequest, error) {
+	if req.CodeChallenge == "" || req.CodeChallengeMethod != oidc.CodeChallengeMethodS256 {
+		return nil, oidc.ErrInvalidRequest().WithDescription("PKCE with S256 is required")
+	}
+	if req.Nonce == "" {
+		return nil, oidc.ErrInvalidRequest().WithDescription("a nonce is required")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ar := &authRequest{id: randomID(), storage: s, clientID: req.ClientID, redirectURI: req.RedirectURI, state: req.State,
