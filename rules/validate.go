@@ -101,6 +101,10 @@ func (c *checker) fail(path, msg string) {
 	c.problems = append(c.problems, Problem{Path: path, Message: msg})
 }
 
+// DomainNameProblem says what is wrong with a domain's name, or "" when
+// nothing is.
+func DomainNameProblem(name string) string { return domainNameProblem(name) }
+
 func domainNameProblem(name string) string {
 	switch {
 	case name == "":

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/backend/hub"
+	"github.com/sluicehq/sluice/backend/sso"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/enforcer/limiter"
@@ -54,6 +55,14 @@ type Config struct {
 	// KeyPrefix starts every counter key, as the enforcers' does
 	// (engine.DefaultKeyPrefix when empty).
 	KeyPrefix string
+	// SSO signs staff in through an OpenID Connect provider; nil turns
+	// single sign-on off.
+	SSO *sso.Provider
+	// PasswordLogin is who may sign in with a password: PasswordLoginAll
+	// (also when empty) or PasswordLoginBreakGlass, which admits only
+	// BreakGlassUsers.
+	PasswordLogin   string
+	BreakGlassUsers []string
 }
 
 // API serves the console's HTTP routes.
@@ -69,6 +78,10 @@ type API struct {
 	// inspector matches and reads counters for the support desk; nil
 	// without a counter store.
 	inspector *inspector
+	sso       *sso.Provider
+	// breakGlass, when not nil, is everyone who may still sign in with a
+	// password (PasswordLoginBreakGlass).
+	breakGlass map[string]bool
 
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
@@ -91,7 +104,13 @@ func CheckProxies(proxies []string) error {
 // New builds the router.
 func New(cfg Config) *API {
 	a := &API{store: cfg.Store, hub: cfg.Hub, stats: cfg.Stats, log: cfg.Log, secure: cfg.SecureCookies, engine: gin.New(),
-		throttle: cfg.LoginThrottle, openapi: openAPIJSON, inspector: newInspector(cfg.Counters, cfg.KeyPrefix)}
+		throttle: cfg.LoginThrottle, openapi: openAPIJSON, inspector: newInspector(cfg.Counters, cfg.KeyPrefix), sso: cfg.SSO}
+	if cfg.PasswordLogin == PasswordLoginBreakGlass {
+		a.breakGlass = map[string]bool{}
+		for _, u := range cfg.BreakGlassUsers {
+			a.breakGlass[u] = true
+		}
+	}
 	if a.throttle == nil {
 		a.throttle = newThrottle(nil)
 	}
@@ -137,6 +156,9 @@ func New(cfg Config) *API {
 	v1.GET("/schema", getSchema)
 	v1.POST("/auth/login", a.h(a.login))
 	v1.POST("/auth/logout", viewer, a.h(a.logout))
+	v1.GET("/auth/methods", a.h(a.authMethods))
+	v1.GET("/auth/oidc/login", a.page(a.oidcLogin))
+	v1.GET("/auth/oidc/callback", a.page(a.oidcCallback))
 	v1.GET("/me", viewer, a.h(a.me))
 	v1.PUT("/me/password", viewer, a.h(a.changePassword))
 

@@ -237,6 +237,10 @@ var scenarios = []scenario{
 	{route: "POST /api/v1/auth/login", path: "/api/v1/auth/login", body: `{"username":"probe","password":"probe-password"}`, auth: "public", ok: 200},
 	{route: "POST /api/v1/auth/logout", path: "/api/v1/auth/logout", auth: "viewer", ok: 204},
 	{route: "GET /api/v1/me", path: "/api/v1/me", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/auth/methods", path: "/api/v1/auth/methods", auth: "public", ok: 200},
+	// Single sign-on is not configured here; its flows are in oidc_test.go.
+	{route: "GET /api/v1/auth/oidc/login", path: "/api/v1/auth/oidc/login", auth: "public", ok: 404},
+	{route: "GET /api/v1/auth/oidc/callback", path: "/api/v1/auth/oidc/callback?state=s&code=c", auth: "public", ok: 404},
 	// Tokens have no password; a signed-in user's change is in TestSessions.
 	{route: "PUT /api/v1/me/password", path: "/api/v1/me/password", body: `{"current_password":"a","new_password":"password2"}`, auth: "viewer", ok: 403},
 	{route: "GET /api/v1/ruleset", path: "/api/v1/ruleset", auth: "viewer", ok: 200},

@@ -129,6 +129,27 @@ export async function login(username: string, password: string): Promise<void> {
   rememberCSRF(out.csrf_token);
 }
 
+/** AuthMethods is how people sign in to this console (GET /api/v1/auth/methods). */
+export interface AuthMethods {
+  /** 'break-glass': only break-glass accounts may use a password. */
+  password: 'all' | 'break-glass';
+  /** Single sign-on through an OpenID Connect provider is configured. */
+  oidc: boolean;
+}
+
+/** authMethods asks the console which ways of signing in it offers. */
+export function authMethods(): Promise<AuthMethods> {
+  return request<AuthMethods>('GET', '/auth/methods', undefined, { quiet401: true });
+}
+
+/**
+ * ssoLoginURL is where the browser goes to sign in with SSO: the console
+ * redirects it to the identity provider and, once signed in, back to returnTo.
+ */
+export function ssoLoginURL(returnTo: string): string {
+  return `${base}/auth/oidc/login${query({ return_to: returnTo })}`;
+}
+
 /** logout ends the session. */
 export async function logout(): Promise<void> {
   try {
