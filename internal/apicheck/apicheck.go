@@ -8,31 +8,20 @@
 // does not list (a 400 for a malformed query, 413, 500, ...), as long as the
 // body is the error envelope, components/schemas/Error.
 //
-// The check reads the document more strictly than OpenAPI does, in the two
-// ways the generated clients rely on:
-//
-//   - an object schema without a required list has every property required
-//     (the UI's types are generated with --properties-required-by-default,
-//     and the CLI's without optional pointers), so an object whose fields may
-//     be left out must list the ones that may not;
-//   - an object schema that does not set additionalProperties allows no
-//     property it does not name.
-//
-// So a field a handler renames, drops or adds fails the test of every call
-// that returns it. allOf of object schemas is merged into one object first,
-// so the closed objects still compose.
+// The document is read as apispec reads it for the generated clients: every
+// property of an object without a required list is required, and no
+// property it does not name is allowed. So a field a handler renames, drops
+// or adds fails the test of every call that returns it.
 package apicheck
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +32,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/sluicehq/sluice/backend/api"
+	"github.com/sluicehq/sluice/internal/apispec"
 )
 
 // Spec is an OpenAPI document ready to check answers against.
@@ -53,30 +43,12 @@ type Spec struct {
 	errorBody *openapi3.Schema
 }
 
-// Load parses and validates an OpenAPI 3.0 document (YAML or JSON) and
-// makes its response schemas strict as the package comment says.
+// Load makes a Spec of an OpenAPI 3.0 document (YAML or JSON), read as
+// apispec.Load reads it.
 func Load(src []byte) (*Spec, error) {
-	doc, err := openapi3.NewLoader().LoadFromData(src)
+	doc, err := apispec.Load(src)
 	if err != nil {
-		return nil, fmt.Errorf("load openapi: %w", err)
-	}
-	if err := doc.Validate(context.Background()); err != nil {
-		return nil, fmt.Errorf("openapi: %w", err)
-	}
-	strict := strictifier{}
-	for _, item := range doc.Paths.Map() {
-		for _, op := range item.Operations() {
-			for _, resp := range op.Responses.Map() {
-				if resp.Value == nil {
-					continue
-				}
-				for _, media := range resp.Value.Content {
-					if media.Schema != nil {
-						media.Schema = strict.ref(media.Schema)
-					}
-				}
-			}
-		}
+		return nil, err
 	}
 	errRef := doc.Components.Schemas["Error"]
 	if errRef == nil || errRef.Value == nil {
@@ -86,7 +58,7 @@ func Load(src []byte) (*Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi router: %w", err)
 	}
-	return &Spec{router: router, errorBody: strict.schema(errRef.Value)}, nil
+	return &Spec{router: router, errorBody: errRef.Value}, nil
 }
 
 func init() {
@@ -212,100 +184,4 @@ func CheckResponse(t testing.TB, resp *http.Response, body []byte) {
 	if err := spec.Check(resp.Request, resp.StatusCode, resp.Header, body); err != nil {
 		t.Error(err)
 	}
-}
-
-// strictifier makes strict copies of schemas, each schema once (the
-// document's schemas refer to each other, and to themselves).
-type strictifier map[*openapi3.Schema]*openapi3.Schema
-
-func (m strictifier) ref(r *openapi3.SchemaRef) *openapi3.SchemaRef {
-	if r == nil || r.Value == nil {
-		return r
-	}
-	return &openapi3.SchemaRef{Ref: r.Ref, Value: m.schema(r.Value)}
-}
-
-func (m strictifier) refs(rs openapi3.SchemaRefs) openapi3.SchemaRefs {
-	if rs == nil {
-		return nil
-	}
-	out := make(openapi3.SchemaRefs, len(rs))
-	for i, r := range rs {
-		out[i] = m.ref(r)
-	}
-	return out
-}
-
-func (m strictifier) schema(s *openapi3.Schema) *openapi3.Schema {
-	if c, ok := m[s]; ok {
-		return c
-	}
-	c := *s
-	m[s] = &c
-	if props, required, ok := merged(s); ok {
-		c.AllOf = nil
-		c.Type = &openapi3.Types{openapi3.TypeObject}
-		c.Properties, c.Required = props, required
-	}
-	if c.Properties != nil {
-		props := make(openapi3.Schemas, len(c.Properties))
-		for name, p := range c.Properties {
-			props[name] = m.ref(p)
-		}
-		c.Properties = props
-		if c.Required == nil {
-			c.Required = names(c.Properties)
-		}
-		if c.AdditionalProperties.Has == nil && c.AdditionalProperties.Schema == nil {
-			c.AdditionalProperties = openapi3.AdditionalProperties{Has: openapi3.Ptr(false)}
-		}
-	}
-	c.Items = m.ref(c.Items)
-	c.AdditionalProperties.Schema = m.ref(c.AdditionalProperties.Schema)
-	c.AllOf, c.AnyOf, c.OneOf = m.refs(c.AllOf), m.refs(c.AnyOf), m.refs(c.OneOf)
-	return &c
-}
-
-// merged flattens an allOf whose members are all object schemas into one
-// set of properties and the union of their required lists (a member
-// without a list requires all its own properties).
-func merged(s *openapi3.Schema) (openapi3.Schemas, []string, bool) {
-	if len(s.AllOf) == 0 {
-		return nil, nil, false
-	}
-	props := openapi3.Schemas{}
-	for name, p := range s.Properties {
-		props[name] = p
-	}
-	required := slices.Clone(s.Required)
-	for _, member := range s.AllOf {
-		if member.Value == nil {
-			return nil, nil, false
-		}
-		mp, mr, ok := merged(member.Value)
-		if !ok {
-			if len(member.Value.Properties) == 0 {
-				return nil, nil, false
-			}
-			mp, mr = member.Value.Properties, member.Value.Required
-			if mr == nil {
-				mr = names(mp)
-			}
-		}
-		for name, p := range mp {
-			props[name] = p
-		}
-		required = append(required, mr...)
-	}
-	slices.Sort(required)
-	return props, slices.Compact(required), true
-}
-
-func names(props openapi3.Schemas) []string {
-	out := make([]string, 0, len(props))
-	for name := range props {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
 }
