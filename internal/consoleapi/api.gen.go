@@ -790,7 +790,7 @@ type AuditEvent struct {
 type AuditVerification struct {
 	BrokenID *int64  `json:"broken_id,omitempty"`
 	Events   int64   `json:"events"`
-	Ok       bool    `json:"ok"`
+	OK       bool    `json:"ok"`
 	Reason   *string `json:"reason,omitempty"`
 }
 
@@ -810,7 +810,7 @@ type Change struct {
 	Domain string `json:"domain"`
 
 	// Fields Left out unless kind is limit_changed.
-	Fields *[]struct {
+	Fields []struct {
 		After  string `json:"after"`
 		Before string `json:"before"`
 
@@ -823,7 +823,7 @@ type Change struct {
 	Name *string `json:"name,omitempty"`
 
 	// Path The descriptors leading to the limit (left out for a whole domain).
-	Path *[]struct {
+	Path []struct {
 		Key string `json:"key"`
 
 		// Value Left out for a key without value.
@@ -852,7 +852,7 @@ type ChangeRequest struct {
 	Domain      *string   `json:"domain,omitempty"`
 
 	// Edits Kind ruleset only; the domains it sets or removes.
-	Edits *[]struct {
+	Edits []struct {
 		Deleted *bool   `json:"deleted,omitempty"`
 		Domain  string  `json:"domain"`
 		YAML    *string `json:"yaml,omitempty"`
@@ -883,11 +883,11 @@ type ChangeView struct {
 	Deleted     *bool     `json:"deleted,omitempty"`
 
 	// Diff While pending: the difference it would make to the current ruleset (left out once reviewed, and when it would change nothing).
-	Diff   *[]DomainDiff `json:"diff,omitempty"`
-	Domain *string       `json:"domain,omitempty"`
+	Diff   []DomainDiff `json:"diff,omitempty"`
+	Domain *string      `json:"domain,omitempty"`
 
 	// Edits Kind ruleset only; the domains it sets or removes.
-	Edits *[]struct {
+	Edits []struct {
 		Deleted *bool   `json:"deleted,omitempty"`
 		Domain  string  `json:"domain"`
 		YAML    *string `json:"yaml,omitempty"`
@@ -938,22 +938,22 @@ type DeleteRequest struct {
 
 // Descriptor defines model for Descriptor.
 type Descriptor struct {
-	Algorithm      *DescriptorAlgorithm    `json:"algorithm,omitempty"`
-	Burst          *int                    `json:"burst,omitempty"`
-	Calendar       *bool                   `json:"calendar,omitempty"`
-	Descriptors    *[]Descriptor           `json:"descriptors,omitempty"`
-	DetailedMetric *bool                   `json:"detailed_metric,omitempty"`
-	FailureMode    *DescriptorFailureMode  `json:"failure_mode,omitempty"`
-	Key            string                  `json:"key"`
-	Lease          *bool                   `json:"lease,omitempty"`
-	Metadata       *map[string]interface{} `json:"metadata,omitempty"`
-	OnLimit        *OnLimit                `json:"on_limit,omitempty"`
-	RateLimit      *RateLimit              `json:"rate_limit,omitempty"`
-	ShadowMode     *bool                   `json:"shadow_mode,omitempty"`
-	Shards         *int                    `json:"shards,omitempty"`
-	ShareThreshold *bool                   `json:"share_threshold,omitempty"`
-	Value          *string                 `json:"value,omitempty"`
-	ValueToMetric  *bool                   `json:"value_to_metric,omitempty"`
+	Algorithm      *DescriptorAlgorithm   `json:"algorithm,omitempty"`
+	Burst          *int                   `json:"burst,omitempty"`
+	Calendar       *bool                  `json:"calendar,omitempty"`
+	Descriptors    []Descriptor           `json:"descriptors,omitempty"`
+	DetailedMetric *bool                  `json:"detailed_metric,omitempty"`
+	FailureMode    *DescriptorFailureMode `json:"failure_mode,omitempty"`
+	Key            string                 `json:"key"`
+	Lease          *bool                  `json:"lease,omitempty"`
+	Metadata       map[string]interface{} `json:"metadata,omitempty"`
+	OnLimit        *OnLimit               `json:"on_limit,omitempty"`
+	RateLimit      *RateLimit             `json:"rate_limit,omitempty"`
+	ShadowMode     *bool                  `json:"shadow_mode,omitempty"`
+	Shards         *int                   `json:"shards,omitempty"`
+	ShareThreshold *bool                  `json:"share_threshold,omitempty"`
+	Value          *string                `json:"value,omitempty"`
+	ValueToMetric  *bool                  `json:"value_to_metric,omitempty"`
 }
 
 // DescriptorAlgorithm defines model for Descriptor.Algorithm.
@@ -976,7 +976,7 @@ type DomainConfig struct {
 	Domain           string                        `json:"domain"`
 
 	// RequestDescriptors Gateway mode's descriptors, built from each request.
-	RequestDescriptors *[]struct {
+	RequestDescriptors []struct {
 		Entries []struct {
 			From *DomainConfigRequestDescriptorsEntriesFrom `json:"from,omitempty"`
 			Key  string                                     `json:"key"`
@@ -1007,7 +1007,7 @@ type DomainDetail struct {
 	Name           string        `json:"name"`
 
 	// Problems Set (and config null) only if the stored YAML no longer parses.
-	Problems *[]Problem `json:"problems,omitempty"`
+	Problems []Problem `json:"problems,omitempty"`
 
 	// Version The version that last changed the domain.
 	Version int64  `json:"version"`
@@ -1104,11 +1104,11 @@ type Limit struct {
 	OnLimit        *OnLimit `json:"on_limit,omitempty"`
 
 	// Path Example: api_key.route_/search
-	Path            string    `json:"path"`
-	Replaces        *[]string `json:"replaces,omitempty"`
-	RequestsPerUnit int       `json:"requests_per_unit"`
-	ShadowMode      bool      `json:"shadow_mode"`
-	Shards          int       `json:"shards"`
+	Path            string   `json:"path"`
+	Replaces        []string `json:"replaces,omitempty"`
+	RequestsPerUnit int      `json:"requests_per_unit"`
+	ShadowMode      bool     `json:"shadow_mode"`
+	Shards          int      `json:"shards"`
 
 	// Unit Left out for an unlimited limit.
 	Unit *string `json:"unit,omitempty"`
@@ -1308,7 +1308,7 @@ type PublishRequest struct {
 // RateLimit defines model for RateLimit.
 type RateLimit struct {
 	Name            *string        `json:"name,omitempty"`
-	Replaces        *[]string      `json:"replaces,omitempty"`
+	Replaces        []string       `json:"replaces,omitempty"`
 	RequestsPerUnit *int           `json:"requests_per_unit,omitempty"`
 	Unit            *RateLimitUnit `json:"unit,omitempty"`
 	UnitMultiplier  *int           `json:"unit_multiplier,omitempty"`
@@ -1400,10 +1400,10 @@ type RulesetRequest struct {
 	BreakGlassReason *string `json:"break_glass_reason,omitempty"`
 
 	// Delete Domains to remove.
-	Delete *[]string `json:"delete,omitempty"`
+	Delete []string `json:"delete,omitempty"`
 
 	// Domains Domain name → its YAML. At most 1000 domains with delete, within the 2 MiB body limit.
-	Domains *map[string]string `json:"domains,omitempty"`
+	Domains map[string]string `json:"domains,omitempty"`
 
 	// Message Required change message.
 	Message string `json:"message"`
@@ -1475,7 +1475,7 @@ type StatsView struct {
 		Masked     *bool        `json:"masked,omitempty"`
 		Points     []StatsPoint `json:"points"`
 		Rule       string       `json:"rule"`
-		TopLimited *[]struct {
+		TopLimited []struct {
 			Count int64  `json:"count"`
 			Value string `json:"value"`
 		} `json:"top_limited,omitempty"`

@@ -55,7 +55,9 @@ func generate(src []byte) ([]byte, error) {
 			ResolveTypeNameCollisions: true,
 			// Go's initialisms: ID, URL, YAML, not Id, Url, Yaml.
 			NameNormalizer:        "ToCamelCaseWithInitialisms",
-			AdditionalInitialisms: []string{"YAML", "CSRF"},
+			AdditionalInitialisms: []string{"YAML", "CSRF", "OK"},
+			// A list or map left out is an empty one.
+			PreferSkipOptionalPointerOnContainerTypes: true,
 		},
 	}.UpdateDefaults()
 	if err := cfg.Validate(); err != nil {
