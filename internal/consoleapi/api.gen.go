@@ -1321,7 +1321,7 @@ type RateLimitUnit string
 // ReviewRequest defines model for ReviewRequest.
 type ReviewRequest struct {
 	// Message Optional for approval, required for rejection.
-	Message string `json:"message"`
+	Message *string `json:"message,omitempty"`
 }
 
 // RoleRequest defines model for RoleRequest.

@@ -2789,7 +2789,7 @@ export interface components {
         };
         ReviewRequest: {
             /** @description Optional for approval, required for rejection. */
-            message: string;
+            message?: string;
         };
         Settings: {
             require_approval: boolean;
