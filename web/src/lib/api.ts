@@ -2,7 +2,7 @@
 // console; writes also carry the CSRF token that the login answer returns.
 //
 // Every type of what goes over the wire comes from api.gen.ts, which
-// `npm run generate` makes from backend/api/openapi.yaml; the API tests
+// `make generate` makes from backend/api/openapi.yaml; the API tests
 // check every answer of the console against that document, so these types
 // are what the server sends. The UI is embedded in the console it talks to:
 // there is no older console to fall back for.
