@@ -1,11 +1,11 @@
 // Line diffs in the browser, for what the console cannot diff for us: the
 // editor's unsaved text against the published one (publish and delete
-// previews, the rollback preview), and the line-by-line pairing of the
-// side-by-side view. Which domains two versions differ in, how, and by how
-// many lines is the console's answer (GET /versions/{a}/diff/{b}, from
-// rules.DiffRulesets); this is only the rendering of texts. Myers' O(ND)
-// algorithm over lines, then unified hunks or side-by-side rows. Pure
-// functions, no DOM.
+// previews), and the line-by-line pairing of the side-by-side view. Which
+// domains two versions (or a pending change) differ in, how, and by how
+// many lines is the console's answer (GET /versions/{a}/diff/{b}, GET
+// /changes/{id}, from rules.DiffRulesets); parseUnified reads its unified
+// text for the same rendering. Myers' O(ND) algorithm over lines, then
+// unified hunks or side-by-side rows. Pure functions, no DOM.
 
 /** One line of a diff: kept, removed from the old text, or added in the new. */
 export interface DiffLine {
@@ -161,11 +161,6 @@ function groupChanges(ops: Op[]): Op[] {
   }
   flush();
   return out;
-}
-
-/** hasChanges reports whether a diff has any inserted or deleted line. */
-export function hasChanges(lines: readonly DiffLine[]): boolean {
-  return lines.some((l) => l.type !== 'equal');
 }
 
 /** unifiedHunks groups a diff into hunks with `context` unchanged lines around each change. */
