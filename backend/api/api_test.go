@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/internal/apicheck"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -93,7 +94,7 @@ func newFixture(t *testing.T, opts ...func(*api.Config)) *fixture {
 		o(&cfg)
 	}
 	a := api.New(cfg)
-	srv := httptest.NewServer(a)
+	srv := httptest.NewServer(apicheck.Handler(t, a))
 	t.Cleanup(srv.Close)
 	f := &fixture{api: a, url: url, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{},
 		counters: cfg.Counters, keyPrefix: cfg.KeyPrefix}
@@ -511,4 +512,37 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 		}
 	}
 	walk(doc)
+}
+
+// TestRenamedFieldFailsTheSpecCheck takes real answers and renames one
+// field in each, as a handler that drifted from openapi.yaml would: the
+// check every test's answers go through (apicheck.Handler) refuses them.
+func TestRenamedFieldFailsTheSpecCheck(t *testing.T) {
+	f := newFixture(t)
+	f.seedScenarios(t)
+	spec, err := apicheck.Console()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ path, field, renamed string }{
+		{"/api/v1/versions", `"created_at"`, `"created"`},
+		{"/api/v1/domains/api", `"current_version"`, `"currentVersion"`},
+		{"/api/v1/audit/verify", `"events"`, `"count"`},
+		{"/api/v1/versions/1/diff/2", `"unified"`, `"patch"`},
+	} {
+		resp := f.do(t, "GET", tt.path, "viewer", "", nil)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err := spec.Check(resp.Request, resp.StatusCode, resp.Header, body); err != nil {
+			t.Fatalf("GET %s as answered: %v", tt.path, err)
+		}
+		if !strings.Contains(string(body), tt.field) {
+			t.Fatalf("GET %s: no %s in %s", tt.path, tt.field, excerpt(string(body)))
+		}
+		drifted := strings.Replace(string(body), tt.field, tt.renamed, 1)
+		err := spec.Check(resp.Request, resp.StatusCode, resp.Header, []byte(drifted))
+		if err == nil || !strings.Contains(err.Error(), strings.Trim(tt.renamed, `"`)) {
+			t.Errorf("GET %s with %s renamed %s: %v, want an error naming it", tt.path, tt.field, tt.renamed, err)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/consoleapi"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -46,9 +47,9 @@ type OverrideRequest struct {
 // OverrideCreated is the answer to POST /api/v1/overrides: the override and
 // its version, or, when approval is required, the change request.
 type OverrideCreated struct {
-	ID      int64          `json:"id,omitempty"`
-	Version int64          `json:"version,omitempty"`
-	Change  *ChangeRequest `json:"change,omitempty"`
+	ID      int64                     `json:"id,omitempty"`
+	Version int64                     `json:"version,omitempty"`
+	Change  *consoleapi.ChangeRequest `json:"change,omitempty"`
 }
 
 // Overrides lists overrides, newest first (domain and status filter when
