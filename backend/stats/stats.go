@@ -55,12 +55,11 @@ const (
 	// MaxSeries bounds the rules tracked at once; reports of further rules
 	// are refused.
 	MaxSeries = 20000
-	// MaxCount bounds one count of one rule in one report: 2^40 (a
-	// trillion) per report keeps a 15-minute sum over a thousand nodes far
-	// from overflowing int64.
-	MaxCount = 1 << 40
+	// MaxCount bounds one count of one rule in one report
+	// (wire.MaxStatsCount).
+	MaxCount = wire.MaxStatsCount
 	// MaxNameBytes bounds a reported domain, rule or value.
-	MaxNameBytes = 256
+	MaxNameBytes = wire.MaxNameBytes
 	// topKept is how many limited values one second of a rule keeps.
 	topKept = wire.MaxTopValues
 )

@@ -18,8 +18,9 @@ const (
 	// of the rule's limited requests is always among them, and a count is
 	// over by at most the smallest tracked count).
 	topTracked = 64
-	// maxValueBytes cuts long descriptor values in TopLimited.
-	maxValueBytes = 256
+	// maxValueBytes is how much of a descriptor of several entries
+	// valueOf joins before wire.Value shortens it.
+	maxValueBytes = wire.MaxValueBytes
 )
 
 // ruleStats counts one rule's decisions since the last TakeStats.
@@ -105,8 +106,9 @@ func (rs *ruleStats) addTop(v string) {
 }
 
 // valueOf names a request descriptor in TopLimited: the value of a
-// one-entry descriptor, key=value pairs joined by ", " otherwise; cut to
-// maxValueBytes.
+// one-entry descriptor, key=value pairs joined by ", " otherwise (cut once
+// past maxValueBytes); through wire.Value, so NUL, invalid UTF-8 or a long
+// value is never sent as it came.
 func valueOf(entries []rules.Entry) string {
 	var v string
 	if len(entries) == 1 {
@@ -126,10 +128,7 @@ func valueOf(entries []rules.Entry) string {
 		}
 		v = b.String()
 	}
-	if len(v) > maxValueBytes {
-		v = strings.ToValidUTF8(v[:maxValueBytes], "")
-	}
-	return v
+	return wire.Value(v)
 }
 
 // TakeStats returns the decisions counted per rule since its previous call
