@@ -169,6 +169,10 @@ type StatsSink interface {
 	Cohort(domains []string, t int64) (canary, all store.Counts)
 	// Refused counts a report the hub refused as malformed.
 	Refused(reason string)
+	// AddDomains makes reports naming these domains acceptable: the hub
+	// calls it with a version's domains before any node can report
+	// under that version.
+	AddDomains(domains ...string)
 }
 
 // SetStatsSink makes every valid stats report reach s. Call it before
@@ -1249,7 +1253,7 @@ func (h *Hub) encoded(ctx context.Context, v int64) (*encoded, error) {
 	}
 	ws := wire.Snapshot{Type: wire.TypeSnapshot, Version: snap.Version, Checksum: snap.Checksum, Domains: snap.WireDomains()}
 	h.catMu.Lock()
-	cat := h.cacheCatalogLocked(v, compileCatalog(&ws))
+	cat := h.cacheCatalogLocked(v, h.compileCatalog(&ws))
 	h.catMu.Unlock()
 	nodes := h.Connected()
 	if counts, err := h.store.AppliedCounts(ctx, time.Now().Add(-StaleAfter)); err == nil {

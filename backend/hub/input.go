@@ -100,12 +100,20 @@ func (h *Hub) catalog(ctx context.Context, v int64) (*wire.Catalog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return h.cacheCatalogLocked(v, compileCatalog(&wire.Snapshot{Version: snap.Version, Checksum: snap.Checksum, Domains: snap.WireDomains()})), nil
+	return h.cacheCatalogLocked(v, h.compileCatalog(&wire.Snapshot{Version: snap.Version, Checksum: snap.Checksum, Domains: snap.WireDomains()})), nil
 }
 
-// compileCatalog returns the catalog of snap: empty when it does not
-// compile (nodes refuse it too, and run something else).
-func compileCatalog(snap *wire.Snapshot) *wire.Catalog {
+// compileCatalog returns the catalog of snap (empty when it does not
+// compile: nodes refuse it too, and run something else) and tells the
+// stats sink its domains, before any node can report under it.
+func (h *Hub) compileCatalog(snap *wire.Snapshot) *wire.Catalog {
+	if h.stats != nil {
+		names := make([]string, len(snap.Domains))
+		for i, d := range snap.Domains {
+			names[i] = d.Name
+		}
+		h.stats.AddDomains(names...)
+	}
 	set, err := wire.Compile(snap)
 	if err != nil {
 		return wire.NewCatalog(nil)

@@ -210,6 +210,17 @@ func refuse(reason, format string, args ...any) *RefusedError {
 // it malformed).
 func (a *Aggregator) Refused(reason string) { a.refused.WithLabelValues(reason).Inc() }
 
+// AddDomains adds domains to those of the versions seen (reload adds the
+// newest version's every second; the hub adds each version's before it
+// sends it to a node, so that the first reports under it are not refused).
+func (a *Aggregator) AddDomains(domains ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range domains {
+		a.domains[d] = true
+	}
+}
+
 // Ingest adds one node's report, received at at, to the second it was
 // received in. A report is taken whole or refused whole (a
 // *RefusedError, also counted): structurally invalid (see
