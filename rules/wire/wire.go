@@ -267,7 +267,7 @@ const (
 
 // Bounds of a Quota batch, checked by Quota.Validate.
 const (
-	MaxQuotaUsage      = 2000 // entries per batch: one console transaction
+	MaxQuotaUsage      = 2000          // entries per batch: one console transaction
 	MaxQuotaValueBytes = MaxValueBytes // a longer value is sent as a prefix and a hash (Value)
 	MaxQuotaEpochBytes = 64
 )
