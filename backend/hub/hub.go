@@ -1240,7 +1240,7 @@ func (h *Hub) latest(ctx context.Context) (*plan, error) {
 func (h *Hub) encoded(ctx context.Context, v int64) (*encoded, error) {
 	if v == 0 {
 		// Nothing published yet: nothing to send, nothing to report.
-		return &encoded{catalog: wire.NewCatalog(nil)}, nil
+		return &encoded{catalog: emptyCatalog}, nil
 	}
 	h.loadMu.Lock()
 	defer h.loadMu.Unlock()

@@ -80,6 +80,9 @@ type catalogEntry struct {
 	used uint64
 }
 
+// emptyCatalog lets a node report nothing.
+var emptyCatalog = wire.NewCatalog(nil)
+
 // catalog returns version v's catalog, from the cache or built from
 // Postgres; a version Postgres does not have gets an empty one.
 func (h *Hub) catalog(ctx context.Context, v int64) (*wire.Catalog, error) {
@@ -90,12 +93,14 @@ func (h *Hub) catalog(ctx context.Context, v int64) (*wire.Catalog, error) {
 		e.used = h.catUse
 		return e.cat, nil
 	}
+	// No version, or one Postgres does not have: nothing to report, and
+	// nothing cached (made-up versions must not evict real catalogs).
 	if v <= 0 {
-		return h.cacheCatalogLocked(v, wire.NewCatalog(nil)), nil
+		return emptyCatalog, nil
 	}
 	snap, err := h.store.FindSnapshot(ctx, v)
 	if errors.Is(err, rules.ErrNotFound) {
-		return h.cacheCatalogLocked(v, wire.NewCatalog(nil)), nil
+		return emptyCatalog, nil
 	}
 	if err != nil {
 		return nil, err
