@@ -44,6 +44,11 @@
 //
 // Quota batches from nodes are stored in Postgres and acknowledged once
 // stored; a resent batch adds nothing (quota.go).
+//
+// What a node sends is checked row by row against the rulesets the console
+// sent it: rows of rules it was never sent, or that Postgres could not
+// store, are dropped and counted, and the rest of the message is taken; the
+// log lines a node causes are limited per node (input.go).
 package hub
 
 //lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
