@@ -34,13 +34,15 @@ func (h *Hub) quota(ctx context.Context, c *conn, q *wire.Quota) error {
 	if err != nil {
 		return closeError{code: websocket.StatusPolicyViolation, reason: err.Error()}
 	}
-	h.noteCleaning(c, "quota", cl)
 	sctx, cancel := context.WithTimeout(ctx, quotaTimeout)
 	applied, err := h.store.RecordQuota(sctx, c.node.ID, q)
 	cancel()
 	if err != nil {
 		h.nodeLog(c.node.ID, slog.LevelWarn, "cannot store quota usage; the node will send it again", "node_id", c.node.ID, "seq", q.Seq, "error", err)
 		return nil
+	}
+	if applied { // a resend was counted when it was applied
+		h.noteCleaning(c, "quota", cl)
 	}
 	if q.Dropped > 0 && applied {
 		h.nodeLog(c.node.ID, slog.LevelWarn, "node dropped quota usage: it held the most entries it keeps", "node_id", c.node.ID, "dropped_hits", q.Dropped)
