@@ -1078,7 +1078,7 @@ func (h *Hub) decode(c *conn, data []byte) (*wire.Quota, error) {
 	msg, err := wire.Decode(data)
 	if errors.Is(err, wire.ErrUnknownType) {
 		// A newer node may send messages this console does not know.
-		h.log.Debug("ignoring unknown message from node", "node_id", c.node.ID, "error", err)
+		h.nodeLog(c.node.ID, slog.LevelDebug, "ignoring unknown message from node", "node_id", c.node.ID, "error", err)
 		return nil, nil
 	}
 	if err != nil {

@@ -111,7 +111,9 @@ func (s *Stats) Clean(cs ...*Catalog) (Cleaning, error) {
 	for i := range s.Preview {
 		p := s.Preview[i]
 		switch {
-		case checkName(p.Domain) != nil || checkName(p.Rule) != nil || p.validate(maxPreviewCount) != nil:
+		// Nodes start spans at multiples of their length: an unaligned
+		// span is made up (and would multiply the spans kept per rule).
+		case checkName(p.Domain) != nil || checkName(p.Rule) != nil || p.validate(maxPreviewCount) != nil || p.T%p.SpanS != 0:
 			cl.drop(DropInvalid)
 			continue
 		case !hasRule(cs, p.Domain, p.Rule):

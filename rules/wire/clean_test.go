@@ -93,6 +93,7 @@ func TestStatsClean(t *testing.T) {
 		{Domain: "api", Rule: "k", T: 60, SpanS: 60, Requests: 1},
 		{Domain: "api", Rule: "nope", T: 60, SpanS: 60, Requests: 1},
 		{Domain: "api", Rule: "k", T: 60, SpanS: 0},
+		{Domain: "api", Rule: "k", T: 61, SpanS: 60, Requests: 1}, // not at a span's start
 	}}
 	cl, err := s.Clean(cat)
 	if err != nil {
@@ -111,7 +112,7 @@ func TestStatsClean(t *testing.T) {
 	if len(s.Preview) != 1 || s.Preview[0].Rule != "k" {
 		t.Errorf("previews %+v, want only api/k's valid one", s.Preview)
 	}
-	want := map[string]int{wire.DropInvalid: 5, wire.DropUnknownRule: 3}
+	want := map[string]int{wire.DropInvalid: 6, wire.DropUnknownRule: 3}
 	if fmt.Sprint(cl.Dropped) != fmt.Sprint(want) || cl.Cleaned != 1 {
 		t.Errorf("cleaning %+v, want dropped %v and 1 cleaned", cl, want)
 	}
