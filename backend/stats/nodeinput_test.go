@@ -1,10 +1,12 @@
 package stats
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
@@ -42,4 +44,30 @@ func FuzzIngestCleaned(f *testing.F) {
 			t.Fatalf("cleaned report refused: %v", err)
 		}
 	})
+}
+
+// TestSeriesOfGoneRulesGo: a rule no node reports any more (its rule was
+// removed, or its node stopped) holds no memory once its window is empty:
+// the per-rule table only holds rules with counts in the last 15 minutes.
+func TestSeriesOfGoneRulesGo(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	t0 := time.Now().Truncate(time.Minute)
+	clk := &fakeClock{t: t0}
+	a := newAggregator(t, st, "a", clk)
+	if err := a.Ingest(report(wire.RuleStats{Domain: "api", Rule: "gone", Limited: 1}, wire.RuleStats{Domain: "api", Rule: "kept", Allowed: 1}), t0); err != nil {
+		t.Fatal(err)
+	}
+	later := t0.Add((WindowSeconds - 10) * time.Second)
+	clk.set(later)
+	if err := a.Ingest(report(wire.RuleStats{Domain: "api", Rule: "kept", Allowed: 1}), later); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(t0.Add((WindowSeconds + 1) * time.Second))
+	a.prune(context.Background())
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.series[store.RuleKey{Domain: "api", Rule: "gone"}]; ok || len(a.series) != 1 {
+		t.Errorf("series after the window: %d (gone held: %v), want only the rule still reported", len(a.series), ok)
+	}
 }
