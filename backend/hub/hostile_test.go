@@ -23,6 +23,9 @@ import (
 
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
@@ -472,5 +475,46 @@ func TestNackFloodIsRateLimitedInTheLog(t *testing.T) {
 	got := e.nodes(c.url)["flood"]
 	if got.Status != store.NodeConnected || got.NackVersion == nil || *got.NackVersion != v {
 		t.Errorf("node %+v, want connected with its nack of %d", got, v)
+	}
+}
+
+// TestNULValueThroughARealNode: checks whose quota value holds NUL or
+// invalid UTF-8 (what an anonymous /json, gRPC or gateway client may send)
+// go through a real node's engine and subscription to the console: the
+// usage is stored under the values' wire.Value form next to a plain value's,
+// and the node stays connected, its batches acknowledged.
+func TestNULValueThroughARealNode(t *testing.T) {
+	e := newEnv(t)
+	c := e.startConsole()
+	v := e.publish("bill", fmt.Sprintf(quotaDomainYAML, 100))
+	eng, sub, closeRedis, err := quotaNode(c.url, e.nodeToken("q1"), "q1", testenv.RedisURL(t), testenv.KeyPrefix(t), 20*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeRedis()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "q1 on the quota version", func() bool { return eng.Version() == v })
+
+	month, _ := rules.Month.Window(time.Now())
+	want := map[string]int64{}
+	for value, n := range map[string]int{"\x00evil": 3, "\xffevil": 2, "alice": 4} {
+		for range n {
+			res, err := eng.Check(context.Background(), engine.Request{Domain: "bill",
+				Descriptors: []engine.Descriptor{{Entries: []rules.Entry{{Key: "key", Value: value}}}}})
+			if err != nil || res.Code != engine.OK {
+				t.Fatalf("check %q: %v %v", value, res.Code, err)
+			}
+		}
+		want[wire.Value(value)+"@"+month.Format("2006-01")] = int64(n)
+	}
+	waitFor(t, "the usage in Postgres", func() bool { return fmt.Sprint(e.used(t)) == fmt.Sprint(want) })
+	if !sub.Connected() {
+		t.Error("the node is not connected")
+	}
+	if got := e.nodes(c.url)["q1"]; got.Status != store.NodeConnected {
+		t.Errorf("q1 is %q, want connected", got.Status)
 	}
 }

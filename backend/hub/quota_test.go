@@ -213,7 +213,8 @@ func TestQuotaMonthBoundaryInPostgres(t *testing.T) {
 
 // TestQuotaResendCountedOnce: a batch sent again (its ack lost) is acked
 // again and adds nothing; the same seq of a new epoch (a restarted node)
-// is a new batch; an invalid batch closes the connection.
+// is a new batch; an invalid entry is dropped and its batch acked; a batch
+// invalid as a whole closes the connection.
 func TestQuotaResendCountedOnce(t *testing.T) {
 	e := newEnv(t)
 	c := e.startConsole()
