@@ -3,6 +3,7 @@ package rules
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -56,6 +57,18 @@ type Level struct {
 	Value          string
 	ValueToMetric  bool
 	ShareThreshold bool
+}
+
+// OverrideName is the Name of a limit a request asks for at request time
+// (Envoy's limit override) when no rule of its domain matched it: its
+// decisions are reported under this name.
+const OverrideName = "override"
+
+// Quota reports whether l is a quota: a fixed_window counted in UTC
+// calendar windows (day, week, month or year), whose admitted hits are
+// reported for billing.
+func (l *Limit) Quota() bool {
+	return l.Calendar && l.Algorithm == FixedWindow && l.Unit.Calendar() && !l.Unlimited
 }
 
 // BlocksAll reports whether l rejects every request: a limit of 0
@@ -352,6 +365,38 @@ func (s *Set) Domains() []string {
 		return nil
 	}
 	return slices.Clone(s.names)
+}
+
+// Limits returns every limit of the set, unlimited ones included, domain
+// by domain in name order (within a domain in no set order).
+func (s *Set) Limits() iter.Seq[*Limit] {
+	return func(yield func(*Limit) bool) {
+		if s == nil {
+			return
+		}
+		var walk func(n *node) bool
+		walk = func(n *node) bool {
+			if n.limit != nil && !yield(n.limit) {
+				return false
+			}
+			for _, k := range n.children {
+				for _, c := range k.exact {
+					if !walk(c) {
+						return false
+					}
+				}
+				if k.any != nil && !walk(k.any) {
+					return false
+				}
+			}
+			return true
+		}
+		for _, d := range s.names {
+			if !walk(s.domains[d]) {
+				return
+			}
+		}
+	}
 }
 
 // Len returns the number of limits in the set, unlimited ones included.

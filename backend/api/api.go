@@ -133,6 +133,9 @@ func New(cfg Config) *API {
 	if a.stats != nil {
 		reg.MustRegister(a.stats.Collectors()...)
 	}
+	if a.hub != nil {
+		reg.MustRegister(a.hub.Collectors()...)
+	}
 
 	r := a.engine
 	r.ContextWithFallback = true

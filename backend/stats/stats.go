@@ -55,12 +55,11 @@ const (
 	// MaxSeries bounds the rules tracked at once; reports of further rules
 	// are refused.
 	MaxSeries = 20000
-	// MaxCount bounds one count of one rule in one report: 2^40 (a
-	// trillion) per report keeps a 15-minute sum over a thousand nodes far
-	// from overflowing int64.
-	MaxCount = 1 << 40
+	// MaxCount bounds one count of one rule in one report
+	// (wire.MaxStatsCount).
+	MaxCount = wire.MaxStatsCount
 	// MaxNameBytes bounds a reported domain, rule or value.
-	MaxNameBytes = 256
+	MaxNameBytes = wire.MaxNameBytes
 	// topKept is how many limited values one second of a rule keeps.
 	topKept = wire.MaxTopValues
 )
@@ -220,6 +219,17 @@ func refuse(reason, format string, args ...any) *RefusedError {
 // Refused counts a report refused before it reached Ingest (the hub found
 // it malformed).
 func (a *Aggregator) Refused(reason string) { a.refused.WithLabelValues(reason).Inc() }
+
+// AddDomains adds domains to those of the versions seen (reload adds the
+// newest version's every second; the hub adds each version's before it
+// sends it to a node, so that the first reports under it are not refused).
+func (a *Aggregator) AddDomains(domains ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range domains {
+		a.domains[d] = true
+	}
+}
 
 // Ingest adds one node's report, received at at, to the second it was
 // received in. A report is taken whole or refused whole (a

@@ -20,8 +20,9 @@ const (
 	// values (9 MB when full; BenchmarkValueSketchMemory), at most about
 	// 25 MB at maxValueBytes.
 	maxTrackedValues = 65536
-	// maxValueBytes cuts long descriptor values in Values and TopLimited.
-	maxValueBytes = 256
+	// maxValueBytes is how much of a descriptor of several entries
+	// valueOf joins before wire.Value shortens it.
+	maxValueBytes = wire.MaxValueBytes
 )
 
 // ruleStats counts one rule's decisions since the last TakeStats.
@@ -109,9 +110,10 @@ func (st *stats) addValue(rs *ruleStats, entries []rules.Entry) {
 	st.tracked++
 }
 
-// valueOf names a request descriptor in Values and TopLimited: the value of a
-// one-entry descriptor, key=value pairs joined by ", " otherwise; cut to
-// maxValueBytes.
+// valueOf names a request descriptor in Values and TopLimited: the value
+// of a one-entry descriptor, key=value pairs joined by ", " otherwise (cut
+// once past maxValueBytes); through wire.Value, so NUL, invalid UTF-8 or a
+// long value is never sent as it came.
 func valueOf(entries []rules.Entry) string {
 	var v string
 	if len(entries) == 1 {
@@ -131,10 +133,7 @@ func valueOf(entries []rules.Entry) string {
 		}
 		v = b.String()
 	}
-	if len(v) > maxValueBytes {
-		v = strings.ToValidUTF8(v[:maxValueBytes], "")
-	}
-	return v
+	return wire.Value(v)
 }
 
 // TakeStats returns the decisions counted per rule since its previous call
