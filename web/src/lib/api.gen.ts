@@ -3030,7 +3030,7 @@ export interface components {
              *     the domain's own YAML; nodes get it with these appended as its `overrides` section (the
              *     snapshot's checksum covers that), which is what version diffs compare.
              */
-            overrides: {
+            overrides?: {
                 /** Format: int64 */
                 id: number;
                 entries: components["schemas"]["OverrideEntry"][];
@@ -4029,7 +4029,9 @@ export interface components {
         /**
          * @description A single sign-on that failed, as an HTML page for the person: unknown or used state (400),
          *     an ID token refused (401, naming the check), no role for the person's groups, a disabled
-         *     user or the provider's refusal (403), the provider unreachable (502).
+         *     user or the provider's refusal (403), the provider unreachable (502). A request the
+         *     console refuses before the sign-in is looked at (an invalid Bearer credential sent with it,
+         *     say) gets the usual JSON error.
          */
         SignInPage: {
             headers: {
@@ -4037,6 +4039,7 @@ export interface components {
             };
             content: {
                 "text/html": string;
+                "application/json": components["schemas"]["Error"];
             };
         };
         /** @description Too many attempts; see Retry-After. */
