@@ -59,6 +59,7 @@ type API struct {
 	engine   *gin.Engine
 	throttle Throttle
 	openapi  []byte
+	domains  domainList // GET /domains, per ruleset version
 
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
