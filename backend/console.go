@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/internal/serve"
 	"github.com/sluicehq/sluice/web"
 )
 
@@ -44,6 +44,32 @@ type Config struct {
 	// SpikeWarmup is how long a rule is watched before its spikes are
 	// judged (stats.DefaultSpikeWarmup when zero); tests shorten it.
 	SpikeWarmup time.Duration
+	// Limits bound the server's client connections: header and request
+	// read timeouts, idle keep-alive, open connections. A zero field takes
+	// serve's default (serve.DefaultRead and the others).
+	Limits serve.Limits
+	// PasswordChecks is how many bcrypt checks run at once
+	// (store.DefaultPasswordChecks when zero).
+	PasswordChecks int
+}
+
+// ConsoleLimits is lim with serve's defaults in its zero fields.
+func ConsoleLimits(lim serve.Limits) serve.Limits {
+	or := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	or(&lim.ReadHeader, serve.DefaultReadHeader)
+	or(&lim.Read, serve.DefaultRead)
+	or(&lim.Idle, serve.DefaultIdle)
+	if lim.MaxConns == 0 {
+		lim.MaxConns = serve.DefaultMaxConns
+	}
+	if lim.MaxHeaderBytes == 0 {
+		lim.MaxHeaderBytes = 64 << 10
+	}
+	return lim
 }
 
 // Run migrates the database, bootstraps the admin user if there are no
@@ -59,12 +85,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 		return err
 	}
 	defer st.Close()
+	st.SetPasswordChecks(cfg.PasswordChecks)
 	if err := st.Migrate(ctx); err != nil {
 		return err
 	}
 	if err := bootstrapAdmin(ctx, st, cfg.AdminPassword, out); err != nil {
 		return err
 	}
+	limits := ConsoleLimits(cfg.Limits)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -101,19 +129,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	handler := api.New(api.Config{Store: st, Hub: h, Stats: agg, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies,
 		TrustedProxies: cfg.TrustedProxies, MetricsAuth: cfg.MetricsAuth})
 
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
+	srv := serve.Server(handler, limits, log)
+	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	log.Info("console listening", "address", ln.Addr().String())
 	if ready != nil {
 		ready(ln.Addr())
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(serve.Listener(ln, limits)) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

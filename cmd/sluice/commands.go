@@ -16,9 +16,11 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/backend/stats"
+	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/enforcer"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/enforcer/middleware"
+	"github.com/sluicehq/sluice/internal/serve"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -39,6 +41,11 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	fs.bool(&cfg.MetricsAuth, "metrics-auth", "SLUICE_METRICS_AUTH", false, "require a viewer (or higher) session or Bearer token for /metrics (default: open, like /healthz)")
 	fs.string(&cfg.PublicURL, "public-url", "SLUICE_PUBLIC_URL", "", "the console's address as users reach it, for links in alerts (default: http:// and the listen address)")
 	fs.duration(&cfg.StatsRetention, "stats-retention", "SLUICE_STATS_RETENTION", stats.DefaultRetention, "how long per-minute traffic history, spikes and alert deliveries are kept")
+	fs.duration(&cfg.Limits.ReadHeader, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", serve.DefaultReadHeader, "how long a request's headers may take to arrive")
+	fs.duration(&cfg.Limits.Read, "read-timeout", "SLUICE_READ_TIMEOUT", serve.DefaultRead, "how long a whole request, body included, may take to arrive (408 after; websockets are not bounded by it)")
+	fs.duration(&cfg.Limits.Idle, "idle-timeout", "SLUICE_IDLE_TIMEOUT", serve.DefaultIdle, "how long an idle keep-alive connection stays open")
+	fs.int(&cfg.Limits.MaxConns, "max-connections", "SLUICE_MAX_CONNECTIONS", serve.DefaultMaxConns, "client connections held open at once, websockets included; past it new ones wait to be accepted (keep it below the file-descriptor limit)")
+	fs.int(&cfg.PasswordChecks, "max-password-checks", "SLUICE_MAX_PASSWORD_CHECKS", store.DefaultPasswordChecks(), "password checks (bcrypt) run at once; 8 per check may wait up to 2s, the rest get 503 with Retry-After")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
 	if err := fs.parse(args); err != nil {
@@ -56,6 +63,8 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 		}
 		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nmetrics_auth=%t\npublic_url=%s\nstats_retention=%s\nlog_level=%s\n",
 			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, cfg.MetricsAuth, cfg.PublicURL, cfg.StatsRetention, logLevel)
+		fmt.Fprintf(stdout, "read_header_timeout=%s\nread_timeout=%s\nidle_timeout=%s\nmax_connections=%d\nmax_password_checks=%d\n",
+			cfg.Limits.ReadHeader, cfg.Limits.Read, cfg.Limits.Idle, cfg.Limits.MaxConns, cfg.PasswordChecks)
 		return nil
 	}
 	log, err := newLogger(logLevel, stderr)
