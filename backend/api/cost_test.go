@@ -87,3 +87,42 @@ func TestPreviewBounded(t *testing.T) {
 		t.Errorf("a preview of 200 new limits = %d %s, want 200", status, excerpt(body))
 	}
 }
+
+// TestSignInFloodGets503: password checks run at most SetPasswordChecks at
+// once with a bounded queue behind them; a sign-in past that is answered
+// at once with 503 and Retry-After (and is not counted as a failure),
+// instead of every check queueing for a CPU and slowing every other
+// request.
+func TestSignInFloodGets503(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.store.SetPasswordChecks(1) // 1 running, 8 waiting
+	const n = 15
+	type answer struct {
+		status int
+		retry  string
+	}
+	answers := make(chan answer, n)
+	for i := range n {
+		go func() {
+			resp := f.do(t, "POST", "/api/v1/auth/login", "", fmt.Sprintf(`{"username":"nobody%d","password":"x"}`, i), nil)
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, resp.Header.Get("Retry-After")}
+		}()
+	}
+	counts := map[int]int{}
+	for range n {
+		a := <-answers
+		counts[a.status]++
+		if a.status == http.StatusServiceUnavailable && a.retry != "1" {
+			t.Errorf("503 with Retry-After %q, want 1", a.retry)
+		}
+	}
+	if counts[http.StatusServiceUnavailable] == 0 || counts[http.StatusUnauthorized] == 0 ||
+		counts[http.StatusServiceUnavailable]+counts[http.StatusUnauthorized] != n {
+		t.Errorf("%d concurrent sign-ins with 1 check at a time: %v, want some 401 and the rest 503", n, counts)
+	}
+	if status, body := f.call(t, "POST", "/api/v1/auth/login", "", `{"username":"alice","password":"correct horse"}`); status != http.StatusOK {
+		t.Errorf("after the flood, alice's sign-in = %d %s, want 200", status, excerpt(body))
+	}
+}
