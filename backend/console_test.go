@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library Sluice uses (its maintained twin is github.com/coder/websocket)
+
 package backend_test
 
 import (
