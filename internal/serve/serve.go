@@ -14,6 +14,11 @@
 // one closes (the kernel's backlog holds the rest), so the process keeps
 // descriptors for its database, Redis and peers.
 //
+// Read bounds the arrival of the request, not its handler: net/http clears
+// the read deadline once the body has been read (when it starts watching
+// the connection for the client going away), so a long handler (a large
+// CSV export) keeps its context.
+//
 // Hijacked connections (websockets) are not bounded by the timeouts:
 // net/http clears a connection's deadlines when it is hijacked, so a
 // stream runs as long as its own keepalive says. They do count against
