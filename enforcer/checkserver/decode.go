@@ -16,7 +16,7 @@ import (
 // scanAbove is the body size past which a check body is scanned as it
 // arrives, before protojson decodes it: a smaller body costs less to
 // decode whole than to scan, and the engine refuses it after.
-const scanAbove = 64 << 10
+var scanAbove = 64 << 10
 
 // readBody reads an HTTP check body of at most MaxBodyBytes and decodes it
 // with protojson. A body declared over MaxBodyBytes is refused before any
