@@ -53,8 +53,8 @@ type Config struct {
 	PasswordChecks int
 }
 
-// ConsoleLimits is lim with serve's defaults in its zero fields.
-func ConsoleLimits(lim serve.Limits) serve.Limits {
+// consoleLimits is lim with serve's defaults in its zero fields.
+func consoleLimits(lim serve.Limits) serve.Limits {
 	or := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
 			*d = def
@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	if err := bootstrapAdmin(ctx, st, cfg.AdminPassword, out); err != nil {
 		return err
 	}
-	limits := ConsoleLimits(cfg.Limits)
+	limits := consoleLimits(cfg.Limits)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)

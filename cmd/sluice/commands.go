@@ -51,6 +51,9 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	if err := fs.parse(args); err != nil {
 		return err
 	}
+	if l := cfg.Limits; l.ReadHeader < 0 || l.Read < 0 || l.Idle < 0 || l.MaxConns < 0 || cfg.PasswordChecks < 0 {
+		return fmt.Errorf("console: --read-header-timeout, --read-timeout, --idle-timeout, --max-connections and --max-password-checks must not be negative")
+	}
 	if proxies != "" {
 		for _, p := range strings.Split(proxies, ",") {
 			cfg.TrustedProxies = append(cfg.TrustedProxies, strings.TrimSpace(p))
