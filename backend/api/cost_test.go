@@ -122,6 +122,10 @@ func TestSignInFloodGets503(t *testing.T) {
 		counts[http.StatusServiceUnavailable]+counts[http.StatusUnauthorized] != n {
 		t.Errorf("%d concurrent sign-ins with 1 check at a time: %v, want some 401 and the rest 503", n, counts)
 	}
+	_, metrics := f.call(t, "GET", "/metrics", "", "")
+	if want := fmt.Sprintf(`sluice_console_login_failures_total{outcome="busy"} %d`, counts[http.StatusServiceUnavailable]); !strings.Contains(metrics, want) {
+		t.Errorf("metrics lack %s", want)
+	}
 	if status, body := f.call(t, "POST", "/api/v1/auth/login", "", `{"username":"alice","password":"correct horse"}`); status != http.StatusOK {
 		t.Errorf("after the flood, alice's sign-in = %d %s, want 200", status, excerpt(body))
 	}
