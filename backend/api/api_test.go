@@ -141,6 +141,9 @@ func (f *fixture) do(t *testing.T, method, path, cred, body string, header http.
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range header {
 		req.Header[k] = v
 	}
