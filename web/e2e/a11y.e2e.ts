@@ -10,6 +10,7 @@ import {
   Client,
   createDatabase,
   expectAccessible,
+  freeAddress,
   launchBrowser,
   randomName,
   secret,
@@ -199,5 +200,44 @@ describe('accessibility', () => {
 
   it('saw no page errors, native dialogs or CSP violations', () => {
     expect(problems).toEqual([]);
+  });
+});
+
+describe('accessibility with single sign-on', () => {
+  let ssoDB: TestDatabase | undefined;
+  let sso: Proc | undefined;
+
+  beforeAll(async () => {
+    ssoDB = await createDatabase();
+    // Discovery is lazy, so an issuer nobody answers at still shows the
+    // SSO button: the sign-in page is all this console is for.
+    const consoleAddr = await freeAddress();
+    sso = await startConsole(ssoDB.url, secret(), {
+      listen: consoleAddr,
+      env: {
+        SLUICE_OIDC_ISSUER: `http://${await freeAddress()}`,
+        SLUICE_OIDC_CLIENT_ID: 'sluice-console',
+        SLUICE_OIDC_REDIRECT_URL: `http://${consoleAddr}/api/v1/auth/oidc/callback`,
+        SLUICE_OIDC_ROLE_MAP: 'staff=viewer',
+        SLUICE_PASSWORD_LOGIN: 'break-glass',
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await sso?.stop();
+    await ssoDB?.drop();
+  });
+
+  it.each(['light', 'dark'] as const)('has no violations on the sign-in page with SSO (%s)', async (scheme) => {
+    const p = await browser.newPage({ colorScheme: scheme });
+    try {
+      await p.goto(`http://${sso?.addr}/domains`);
+      await p.getByRole('link', { name: 'Sign in with SSO' }).waitFor();
+      await p.getByText('Break-glass accounts only:').waitFor();
+      await expectAccessible(p, `the sign-in page with SSO (${scheme})`);
+    } finally {
+      await p.close();
+    }
   });
 });
