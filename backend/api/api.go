@@ -121,7 +121,10 @@ func New(cfg Config) *API {
 		r.GET("/metrics", metrics)
 	}
 
-	viewer, editor, admin := a.require(store.RoleViewer), a.require(store.RoleEditor), a.require(store.RoleAdmin)
+	viewer, editor := a.require(store.RoleViewer), a.require(store.RoleEditor)
+	// admin is an admin of every domain; scopedAdmin may hold some only
+	// (minting tokens no wider than themselves).
+	admin, scopedAdmin := a.requireAll(store.RoleAdmin), a.require(store.RoleAdmin)
 	v1 := r.Group("/api/v1", a.authenticate)
 	v1.GET("/openapi.json", a.h(a.getOpenAPI))
 	v1.GET("/schema", getSchema)
@@ -162,12 +165,14 @@ func New(cfg Config) *API {
 	v1.POST("/users/:id/disable", admin, a.h(a.disableUser))
 	v1.POST("/users/:id/enable", admin, a.h(a.enableUser))
 	v1.PUT("/users/:id/role", admin, a.h(a.setUserRole))
+	v1.PUT("/users/:id/domains", admin, a.h(a.setUserDomains))
 	v1.PUT("/users/:id/password", admin, a.h(a.resetPassword))
 
-	v1.GET("/tokens", admin, a.h(a.listTokens))
-	v1.POST("/tokens", admin, a.h(a.createToken))
+	v1.GET("/tokens", scopedAdmin, a.h(a.listTokens))
+	v1.POST("/tokens", scopedAdmin, a.h(a.createToken))
 	v1.POST("/tokens/:id/disable", admin, a.h(a.disableToken))
 	v1.POST("/tokens/:id/rotate", admin, a.h(a.rotateToken))
+	v1.PUT("/tokens/:id/owner", admin, a.h(a.setTokenOwner))
 
 	v1.GET("/nodes", viewer, a.h(a.listNodes))
 	v1.GET("/nodes/stream", a.require(store.RoleNode), a.nodeStream)

@@ -259,11 +259,13 @@ var scenarios = []scenario{
 	{route: "POST /api/v1/users/:id/disable", path: "/api/v1/users/{id:user:bob}/disable", auth: "admin", ok: 200},
 	{route: "POST /api/v1/users/:id/enable", path: "/api/v1/users/{id:user:carol}/enable", auth: "admin", ok: 200},
 	{route: "PUT /api/v1/users/:id/role", path: "/api/v1/users/{id:user:dave}/role", body: `{"role":"editor"}`, auth: "admin", ok: 200},
+	{route: "PUT /api/v1/users/:id/domains", path: "/api/v1/users/{id:user:dave}/domains", body: `{"domains":["api"]}`, auth: "admin", ok: 200},
 	{route: "PUT /api/v1/users/:id/password", path: "/api/v1/users/{id:user:erin}/password", body: `{"password":"password9"}`, auth: "admin", ok: 200},
 	{route: "GET /api/v1/tokens", path: "/api/v1/tokens", auth: "admin", ok: 200},
 	{route: "POST /api/v1/tokens", path: "/api/v1/tokens", body: `{"name":"t-{cred}","role":"viewer"}`, auth: "admin", ok: 201},
 	{route: "POST /api/v1/tokens/:id/disable", path: "/api/v1/tokens/{id:token:victim1}/disable", auth: "admin", ok: 200},
 	{route: "POST /api/v1/tokens/:id/rotate", path: "/api/v1/tokens/{id:token:victim2}/rotate", auth: "admin", ok: 200},
+	{route: "PUT /api/v1/tokens/:id/owner", path: "/api/v1/tokens/{id:token:victim2}/owner", body: `{"owner":"admin2"}`, auth: "admin", ok: 200},
 	{route: "GET /api/v1/nodes", path: "/api/v1/nodes", auth: "viewer", ok: 200},
 	// A plain GET is not a websocket handshake: the node is let in and told so.
 	{route: "GET /api/v1/nodes/stream", path: "/api/v1/nodes/stream", auth: "node", ok: 426},

@@ -82,6 +82,11 @@ import (
 var (
 	writeTimeout = 10 * time.Second
 	pingInterval = 15 * time.Second
+	// recheckEvery is how often the node tokens of open connections are
+	// checked again: a token disabled, rotated or expired, or whose owner
+	// lost it (store.FindToken), ends its connection within this time, and
+	// before any snapshot pushed later (Notify checks first).
+	recheckEvery = 2 * time.Second
 )
 
 // Tunables of the push channel.
@@ -140,7 +145,7 @@ type Hub struct {
 
 	encodes atomic.Int64 // snapshots serialized, for tests
 
-	pingInterval, writeTimeout time.Duration // see the variables
+	pingInterval, writeTimeout, recheckEvery time.Duration // see the variables
 
 	decodes      chan *decodeJob // to the decoders Run starts
 	decoding     atomic.Bool     // Run started the decoders
@@ -184,7 +189,7 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 	return &Hub{
 		store: st, log: log, id: cmp.Or(host, "console") + "-" + hex.EncodeToString(b),
 		conns: make(map[string]*conn), kick: make(chan struct{}, 1), cache: make(map[int64]*encoded),
-		pingInterval: pingInterval, writeTimeout: writeTimeout, decodes: make(chan *decodeJob),
+		pingInterval: pingInterval, writeTimeout: writeTimeout, recheckEvery: recheckEvery, decodes: make(chan *decodeJob),
 		decodersStop: make(chan struct{}),
 	}
 }
@@ -209,6 +214,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	var bg, decoders sync.WaitGroup
 	bg.Go(func() { h.listen(ctx) })
 	bg.Go(func() { h.watchRollouts(ctx) })
+	bg.Go(func() { h.recheckLoop(ctx) })
 	// The decoders outlive the connections: they stop after the last
 	// read loop ended.
 	for range runtime.GOMAXPROCS(0) {
@@ -386,8 +392,10 @@ func (h *Hub) changed() {
 
 // conn is one node connection.
 type conn struct {
-	ws     *websocket.Conn
-	out    *joinWriter       // under ws's write buffer
+	ws      *websocket.Conn
+	out     *joinWriter // under ws's write buffer
+	tokenID int64       // the node token it authenticated with
+	secret  string      // and that token's secret, checked again (recheck)
 	labels map[string]string // from hello; never changed
 	// sent is the newest version offered to (or already held by) the node;
 	// a version is never offered twice on one connection, so a nacked
@@ -456,12 +464,13 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 // is safe.
 func (c *conn) row() store.Node { return c.node }
 
-// Serve upgrades a request authenticated by node token tokenID (as actor)
+// Serve upgrades a request authenticated by node token tokenID with secret
+// (as actor)
 // to a node stream and returns; the stream runs in its own goroutine until
 // the node goes away, the node is dropped or the hub stops (Run waits for
 // it). The token is bound to the first node id it says hello with and
 // refused for any other (store.ClaimNode).
-func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor store.Actor) {
+func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, secret string, actor store.Actor) {
 	h.mu.Lock()
 	stopped := h.stopped
 	if !stopped {
@@ -485,7 +494,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 	// The connection outlives the handler: a fresh goroutine holds a
 	// shallow stack instead of the HTTP server's and the router's frames,
 	// and the request (headers, router context) can be collected.
-	go h.serve(ws, sb.out, r.RemoteAddr, tokenID, actor)
+	go h.serve(ws, sb.out, r.RemoteAddr, tokenID, secret, actor)
 }
 
 // Buffer sizes of a node connection, held for its life. Node messages
@@ -634,9 +643,9 @@ func (r *aheadReader) Read(p []byte) (int, error) {
 }
 
 // serve runs one accepted node stream until it closes.
-func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, addr string, tokenID int64, actor store.Actor) {
+func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, addr string, tokenID int64, secret string, actor store.Actor) {
 	wctx, stopWriter := context.WithCancel(context.Background())
-	c := &conn{ws: ws, out: out, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
+	c := &conn{ws: ws, out: out, tokenID: tokenID, secret: secret, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
 	// Armed before anyone else sees c; the first ping comes after the
 	// hello deadline.
 	c.pinger = time.AfterFunc(h.pingInterval, func() { h.ping(c) })
@@ -1267,6 +1276,11 @@ func (h *Hub) inCanary(c *conn, intervalMS int64, now time.Time) bool {
 // (the latest, or per its labels while a rollout is staged) unless it has
 // it, was sent it, or runs something newer. It never waits on a node.
 func (h *Hub) Notify(ctx context.Context) error {
+	// A node whose token was revoked since the last check gets nothing
+	// more.
+	if err := h.recheck(ctx); err != nil {
+		return err
+	}
 	p, err := h.latest(ctx)
 	if err != nil {
 		return err
@@ -1284,6 +1298,56 @@ func (h *Hub) Notify(ctx context.Context) error {
 			// ten thousand started at once would each hold a goroutine
 			// descriptor, which the runtime keeps for good.
 			runtime.Gosched()
+		}
+	}
+	return nil
+}
+
+// recheckLoop checks the tokens of the open connections every
+// recheckEvery until ctx ends.
+func (h *Hub) recheckLoop(ctx context.Context) {
+	tick := time.NewTicker(h.recheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := h.recheck(ctx); err != nil && ctx.Err() == nil {
+				h.log.Warn("check node tokens", "error", err)
+			}
+		}
+	}
+}
+
+// recheck closes, with wire.CloseRevoked, every connection whose node
+// token stopped working. One query covers every connection of the replica.
+func (h *Hub) recheck(ctx context.Context) error {
+	h.mu.Lock()
+	conns := make([]*conn, 0, len(h.conns))
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	if len(conns) == 0 {
+		return nil
+	}
+	secrets := make([]string, 0, len(conns))
+	seen := make(map[string]bool, len(conns))
+	for _, c := range conns {
+		if !seen[c.secret] {
+			seen[c.secret] = true
+			secrets = append(secrets, c.secret)
+		}
+	}
+	live, err := h.store.LiveTokens(ctx, secrets)
+	if err != nil {
+		return err
+	}
+	for _, c := range conns {
+		if t, ok := live[c.secret]; !ok || t.EffectiveRole != store.RoleNode {
+			h.log.Info("node token revoked; closing its connection", "node_id", c.node.ID, "token_id", c.tokenID)
+			c.drop(wire.CloseRevoked, "node token revoked")
 		}
 	}
 	return nil

@@ -121,6 +121,16 @@ func (s *Store) CreateSession(ctx context.Context, u User, actor Actor) (secret,
 // FindSession returns the live session for a cookie secret and slides its
 // idle expiry. Expired sessions and disabled users are not found.
 func (s *Store) FindSession(ctx context.Context, secret string) (Session, error) {
+	return s.findSession(ctx, secret, true)
+}
+
+// CheckSession is FindSession without sliding the idle expiry: the check
+// a long-lived stream repeats, which is no sign that someone is there.
+func (s *Store) CheckSession(ctx context.Context, secret string) (Session, error) {
+	return s.findSession(ctx, secret, false)
+}
+
+func (s *Store) findSession(ctx context.Context, secret string, touch bool) (Session, error) {
 	var row sessionRow
 	err := s.db.WithContext(ctx).Where("id_hash = ?", hashToken(secret)).Take(&row).Error
 	if err != nil {
@@ -137,7 +147,7 @@ func (s *Store) FindSession(ctx context.Context, secret string) (Session, error)
 	if u.Disabled {
 		return Session{}, fmt.Errorf("user disabled: %w", rules.ErrNotFound)
 	}
-	if now.Sub(row.LastSeen) > time.Minute { // avoid a write per request
+	if touch && now.Sub(row.LastSeen) > time.Minute { // avoid a write per request
 		s.db.WithContext(ctx).Model(&sessionRow{}).Where("id_hash = ?", row.IDHash).Update("last_seen", now)
 	}
 	return Session{User: u.user(), CSRFToken: row.CSRFToken, ExpiresAt: row.ExpiresAt}, nil

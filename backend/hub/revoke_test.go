@@ -1,0 +1,78 @@
+package hub_test
+
+import (
+	"context"
+	"testing"
+
+	"nhooyr.io/websocket"
+
+	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/rules/wire"
+)
+
+// TestRevokedNodeTokenClosed: disabling or rotating a node token closes
+// its open connection with CloseRevoked, and a version published after the
+// disable never reaches it, while a node with a live token goes on.
+func TestRevokedNodeTokenClosed(t *testing.T) {
+	e := newEnv(t)
+	c := e.startConsole()
+	v1 := e.publish("api", domainYAML("api", 10))
+	ctx := context.Background()
+	sys := store.Actor{Name: "test"}
+
+	tokens := map[string]int64{}
+	for _, id := range []string{"disabled", "rotated", "kept"} {
+		tok, secret, err := e.st.CreateToken(ctx, "node "+id, store.RoleNode, nil, sys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[id] = tok.ID
+		e.tokens[id] = secret
+	}
+	nodes := map[string]*node{}
+	for id := range tokens {
+		nodes[id] = e.connect(c.url, wire.Hello{NodeID: id})
+		if snap := nodes[id].snapshot(); snap.Version != v1 {
+			t.Fatalf("%s: first snapshot %d, want %d", id, snap.Version, v1)
+		}
+		nodes[id].ack(v1)
+	}
+
+	if _, err := e.st.DisableToken(ctx, tokens["disabled"], sys); err != nil {
+		t.Fatal(err)
+	}
+	// Published before the periodic check can have run: the push itself
+	// must check first.
+	v2 := e.publish("api", domainYAML("api", 20))
+	if snap := nodes["kept"].snapshot(); snap.Version != v2 {
+		t.Fatalf("kept: snapshot %d, want %d", snap.Version, v2)
+	}
+	if snap := nodes["rotated"].snapshot(); snap.Version != v2 {
+		t.Fatalf("rotated: snapshot %d, want %d", snap.Version, v2)
+	}
+	assertRevoked(t, "disabled", nodes["disabled"])
+
+	if _, _, err := e.st.RotateToken(ctx, tokens["rotated"], sys); err != nil {
+		t.Fatal(err)
+	}
+	// No publish now: the periodic check closes it.
+	assertRevoked(t, "rotated", nodes["rotated"])
+	v3 := e.publish("api", domainYAML("api", 30))
+	if snap := nodes["kept"].snapshot(); snap.Version != v3 {
+		t.Fatalf("kept: snapshot %d, want %d", snap.Version, v3)
+	}
+}
+
+// assertRevoked waits for n to be closed with CloseRevoked, failing if a
+// snapshot arrives first.
+func assertRevoked(t *testing.T, name string, n *node) {
+	t.Helper()
+	for msg := range n.in {
+		if snap, ok := msg.(*wire.Snapshot); ok {
+			t.Errorf("%s: got snapshot %d after its token was revoked", name, snap.Version)
+		}
+	}
+	if got := websocket.CloseStatus(n.err); got != wire.CloseRevoked {
+		t.Errorf("%s: closed with %v (%v), want %d", name, got, n.err, wire.CloseRevoked)
+	}
+}
