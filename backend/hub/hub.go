@@ -393,10 +393,10 @@ func (h *Hub) changed() {
 // conn is one node connection.
 type conn struct {
 	ws      *websocket.Conn
-	out     *joinWriter // under ws's write buffer
-	tokenID int64       // the node token it authenticated with
-	secret  string      // and that token's secret, checked again (recheck)
-	labels map[string]string // from hello; never changed
+	out     *joinWriter       // under ws's write buffer
+	tokenID int64             // the node token it authenticated with
+	secret  string            // and that token's secret, checked again (recheck)
+	labels  map[string]string // from hello; never changed
 	// sent is the newest version offered to (or already held by) the node;
 	// a version is never offered twice on one connection, so a nacked
 	// version is not pushed again in a loop.
