@@ -134,7 +134,7 @@ func TestNodeTokenOfDisabledOwner(t *testing.T) {
 	}
 	bound, boundID := f.mintAs(t, "root", "root-password", `{"name":"n1","role":"node"}`)
 	unbound, _ := f.mintAs(t, "root", "root-password", `{"name":"n2","role":"node"}`)
-	if err := f.store.ClaimNode(ctx, boundID, "node-1", sys); err != nil {
+	if _, err := f.store.ClaimNode(ctx, boundID, "node-1", sys); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.store.SetUserDisabled(ctx, root.ID, true, sys); err != nil {

@@ -698,8 +698,21 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	}
 	// Before register: a token bound to another node id must not replace
 	// (and so kick off) the connection of the node that has this id.
-	if err := h.claim(tokenID, hello.NodeID, actor); err != nil {
+	fleet, err := h.claim(tokenID, hello.NodeID, actor)
+	if err != nil {
 		return err
+	}
+	if fleet { // connected to another replica?
+		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+		live, err := h.store.NodeLive(ctx, hello.NodeID, h.id, time.Now().Add(-StaleAfter))
+		cancel()
+		if err != nil {
+			h.log.Error("check fleet node id", "node_id", hello.NodeID, "error", err)
+			return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node id"}
+		}
+		if live {
+			return duplicateNode(hello.NodeID)
+		}
 	}
 	c.mu.Lock() // the pinger may run already
 	c.heard = time.Now()
@@ -713,10 +726,15 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	c.sent.Store(hello.AppliedVersion)
 
 	// Register before reading the latest version, so that a version
-	// published meanwhile is offered by Notify if not by us.
-	if !h.register(c) {
+	// published meanwhile is offered by Notify if not by us. A fleet
+	// token's node never replaces a connected node of the same id.
+	switch h.register(c, fleet) {
+	case registerStopped:
 		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
+	case registerDuplicate:
+		return duplicateNode(hello.NodeID)
 	}
+
 	registered := h.gen.Load()
 	h.log.Info("node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "address", addr,
 		"build", hello.Build)
@@ -753,20 +771,25 @@ func (h *Hub) planSince(ctx context.Context, gen uint64) (*plan, error) {
 	return h.latest(ctx)
 }
 
-// claim binds the node token to nodeID (see store.ClaimNode).
-func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) error {
+// claim binds the node token to nodeID (see store.ClaimNode); fleet is
+// true for a fleet token, which is never bound.
+func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) (fleet bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	defer cancel()
-	err := h.store.ClaimNode(ctx, tokenID, nodeID, actor)
+	fleet, err = h.store.ClaimNode(ctx, tokenID, nodeID, actor)
 	var nb *store.NodeBoundError
 	switch {
 	case errors.As(err, &nb):
-		return closeError{code: wire.CloseNodeBound, reason: nb.Error()}
+		return fleet, closeError{code: wire.CloseNodeBound, reason: nb.Error()}
 	case err != nil:
 		h.log.Error("bind node token", "node_id", nodeID, "error", err)
-		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
+		return fleet, closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
 	}
-	return nil
+	return fleet, nil
+}
+
+func duplicateNode(id string) closeError {
+	return closeError{code: wire.CloseDuplicateNode, reason: fmt.Sprintf("node id %q is connected already; node ids must be unique", id)}
 }
 
 // readHello reads and checks the first message.
@@ -803,20 +826,32 @@ func newSession() string {
 	return hex.EncodeToString(b)
 }
 
+// What register did.
+const (
+	registered = iota
+	registerStopped
+	registerDuplicate
+)
+
 // register adds c to the hub, replacing (and closing) an older connection
-// of the same node. It returns false when the hub is shutting down.
-func (h *Hub) register(c *conn) bool {
+// of the same node, or, when exclusive (a fleet token's node), refusing c
+// if the node id is connected. It refuses every node once the hub is
+// shutting down.
+func (h *Hub) register(c *conn, exclusive bool) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped {
-		return false
+		return registerStopped
 	}
 	if old := h.conns[c.node.ID]; old != nil {
+		if exclusive {
+			return registerDuplicate
+		}
 		old.drop(wire.CloseReplaced, "replaced by a newer connection of the same node")
 	}
 	h.conns[c.node.ID] = c
 	h.changed()
-	return true
+	return registered
 }
 
 // unregister removes c and queues its final row, unless a newer

@@ -76,3 +76,56 @@ func assertRevoked(t *testing.T, name string, n *node) {
 		t.Errorf("%s: closed with %v (%v), want %d", name, got, n.err, wire.CloseRevoked)
 	}
 }
+
+// TestFleetToken: any node id may connect with a fleet node token, but not
+// one that is connected already, nor one bound to a token of its own.
+func TestFleetToken(t *testing.T) {
+	e := newEnv(t)
+	c := e.startConsole()
+	v1 := e.publish("api", domainYAML("api", 10))
+	ctx := context.Background()
+	_, fleet, err := e.st.CreateScopedToken(ctx, store.TokenSpec{Name: "fleet", Role: store.RoleNode, Fleet: true}, store.Actor{Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.connectWith(c.url, fleet, wire.Hello{NodeID: "pod-a"})
+	b := e.connectWith(c.url, fleet, wire.Hello{NodeID: "pod-b"})
+	for _, n := range []*node{a, b} {
+		if snap := n.snapshot(); snap.Version != v1 {
+			t.Fatalf("snapshot %d, want %d", snap.Version, v1)
+		}
+	}
+	dup := e.connectWith(c.url, fleet, wire.Hello{NodeID: "pod-a"})
+	if err := dup.closed(); websocket.CloseStatus(err) != wire.CloseDuplicateNode {
+		t.Errorf("second pod-a: closed with %v, want %d", err, wire.CloseDuplicateNode)
+	}
+	// The first pod-a is still there.
+	v2 := e.publish("api", domainYAML("api", 20))
+	if snap := a.snapshot(); snap.Version != v2 {
+		t.Errorf("pod-a after the duplicate: snapshot %d, want %d", snap.Version, v2)
+	}
+	// An id bound to a dedicated token is not the fleet's.
+	e.connect(c.url, wire.Hello{NodeID: "dedicated"}).snapshot()
+	taken := e.connectWith(c.url, fleet, wire.Hello{NodeID: "dedicated"})
+	if err := taken.closed(); websocket.CloseStatus(err) != wire.CloseNodeBound {
+		t.Errorf("fleet token as a bound id: closed with %v, want %d", err, wire.CloseNodeBound)
+	}
+	// Once pod-b leaves, its id is free again.
+	b.ws.Close(websocket.StatusNormalClosure, "")
+	waitFor(t, "pod-b disconnected", func() bool { return e.nodes(c.url)["pod-b"].Status == "disconnected" })
+	if snap := e.connectWith(c.url, fleet, wire.Hello{NodeID: "pod-b", AppliedVersion: 0}).snapshot(); snap.Version != v2 {
+		t.Errorf("pod-b again: snapshot %d, want %d", snap.Version, v2)
+	}
+	var listed struct {
+		Tokens []struct {
+			Fleet  bool    `json:"fleet"`
+			NodeID *string `json:"node_id"`
+		} `json:"tokens"`
+	}
+	e.getJSON(c.url+"/api/v1/tokens", &listed)
+	for _, tok := range listed.Tokens {
+		if tok.Fleet && tok.NodeID != nil {
+			t.Errorf("fleet token bound to %q, want it never bound", *tok.NodeID)
+		}
+	}
+}

@@ -432,11 +432,25 @@ func (e *NodeBoundError) Error() string {
 // with an audit event, and returns a *NodeBoundError if it is bound to
 // another node id or another live token holds nodeID. A token stays bound
 // when rotated; to move a node id to a new token, disable the old token.
-func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Actor) error {
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+// A fleet token is never bound (fleet is true): any node id that no other
+// live token holds may connect with it, and the caller refuses an id that
+// is connected already (NodeLive).
+func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Actor) (fleet bool, err error) {
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var row tokenRow
 		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
 			return notFound(err, fmt.Sprintf("token %d", id))
+		}
+		if row.Fleet {
+			fleet = true
+			var n int64
+			if err := tx.Model(&tokenRow{}).Where("node_id = ? AND NOT disabled", nodeID).Count(&n).Error; err != nil {
+				return fmt.Errorf("read token bindings: %w", err)
+			}
+			if n > 0 {
+				return &NodeBoundError{NodeID: nodeID}
+			}
+			return nil
 		}
 		switch {
 		case row.NodeID != nil && *row.NodeID == nodeID:
@@ -455,7 +469,21 @@ func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Ac
 			map[string]any{"node_id": nodeID, "name": row.Name})
 	})
 	if err != nil {
-		return fmt.Errorf("claim node %q for token %d: %w", nodeID, id, err)
+		return fleet, fmt.Errorf("claim node %q for token %d: %w", nodeID, id, err)
 	}
-	return nil
+	return fleet, nil
+}
+
+// NodeLive reports whether the registry shows node id connected to a
+// console replica other than console, by a row rewritten since since (a
+// replica that died leaves a row that says connected but is not
+// refreshed).
+func (s *Store) NodeLive(ctx context.Context, id, console string, since time.Time) (bool, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Table("nodes").Where("id = ? AND status = ? AND console_id <> ? AND last_seen >= ?",
+		id, NodeConnected, console, since).Count(&n).Error
+	if err != nil {
+		return false, fmt.Errorf("read node %q: %w", id, err)
+	}
+	return n > 0, nil
 }

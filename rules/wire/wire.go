@@ -68,6 +68,9 @@ const (
 	// signed out or expired, or its user disabled or their role changed).
 	// Reconnecting with the same credential is refused.
 	CloseRevoked = 4004
+	// CloseDuplicateNode: a node connected with a fleet node token as a
+	// node id that is connected already; node ids must be unique.
+	CloseDuplicateNode = 4005
 )
 
 // Message types.
