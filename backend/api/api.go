@@ -132,6 +132,8 @@ func New(cfg Config) *API {
 	v1.POST("/auth/logout", viewer, a.h(a.logout))
 	v1.GET("/me", viewer, a.h(a.me))
 	v1.PUT("/me/password", viewer, a.h(a.changePassword))
+	v1.GET("/me/sessions", viewer, a.h(a.listMySessions))
+	v1.DELETE("/me/sessions", viewer, a.h(a.signOutEverywhere))
 
 	v1.GET("/ruleset", viewer, a.h(a.getRuleset))
 	v1.PUT("/ruleset", editor, a.h(a.putRuleset))
@@ -167,6 +169,9 @@ func New(cfg Config) *API {
 	v1.PUT("/users/:id/role", admin, a.h(a.setUserRole))
 	v1.PUT("/users/:id/domains", admin, a.h(a.setUserDomains))
 	v1.PUT("/users/:id/password", admin, a.h(a.resetPassword))
+	v1.GET("/users/:id/sessions", admin, a.h(a.listUserSessions))
+	v1.DELETE("/users/:id/sessions", admin, a.h(a.revokeUserSessions))
+	v1.DELETE("/users/:id/sessions/:sid", admin, a.h(a.revokeUserSessions))
 
 	v1.GET("/tokens", scopedAdmin, a.h(a.listTokens))
 	v1.POST("/tokens", scopedAdmin, a.h(a.createToken))

@@ -269,6 +269,9 @@ var scenarios = []scenario{
 	{route: "GET /api/v1/me", path: "/api/v1/me", auth: "viewer", ok: 200},
 	// Tokens have no password; a signed-in user's change is in TestSessions.
 	{route: "PUT /api/v1/me/password", path: "/api/v1/me/password", body: `{"current_password":"a","new_password":"password2"}`, auth: "viewer", ok: 403},
+	// Tokens have no sessions; a signed-in user's are in TestSessionControl.
+	{route: "GET /api/v1/me/sessions", path: "/api/v1/me/sessions", auth: "viewer", ok: 403},
+	{route: "DELETE /api/v1/me/sessions", path: "/api/v1/me/sessions", auth: "viewer", ok: 403},
 	{route: "GET /api/v1/ruleset", path: "/api/v1/ruleset", auth: "viewer", ok: 200},
 	{route: "PUT /api/v1/ruleset", path: "/api/v1/ruleset",
 		body: `{"domains":{"rs-{cred}":"domain: rs-{cred}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},"message":"m"}`,
@@ -309,6 +312,10 @@ var scenarios = []scenario{
 	{route: "PUT /api/v1/users/:id/role", path: "/api/v1/users/{id:user:dave}/role", body: `{"role":"editor"}`, auth: "admin", ok: 200, scope: "all"},
 	{route: "PUT /api/v1/users/:id/domains", path: "/api/v1/users/{id:user:dave}/domains", body: `{"domains":["api"]}`, auth: "admin", ok: 200, scope: "all"},
 	{route: "PUT /api/v1/users/:id/password", path: "/api/v1/users/{id:user:erin}/password", body: `{"password":"password9"}`, auth: "admin", ok: 200, scope: "all"},
+	{route: "GET /api/v1/users/:id/sessions", path: "/api/v1/users/{id:user:bob}/sessions", auth: "admin", ok: 200, scope: "all"},
+	{route: "DELETE /api/v1/users/:id/sessions", path: "/api/v1/users/{id:user:bob}/sessions", auth: "admin", ok: 200, scope: "all"},
+	// No such session: an allowed caller is told so.
+	{route: "DELETE /api/v1/users/:id/sessions/:sid", path: "/api/v1/users/{id:user:bob}/sessions/999999", auth: "admin", ok: 404, scope: "all"},
 	{route: "GET /api/v1/tokens", path: "/api/v1/tokens", auth: "admin", ok: 200},
 	{route: "POST /api/v1/tokens", path: "/api/v1/tokens", body: `{"name":"t-{cred}","role":"viewer"}`, auth: "admin", ok: 201},
 	{route: "POST /api/v1/tokens/:id/disable", path: "/api/v1/tokens/{id:token:victim1}/disable", auth: "admin", ok: 200, scope: "all"},

@@ -51,6 +51,7 @@ type principal struct {
 	readOnly  bool        // a read-only token: GET requests only
 	expiresAt *time.Time  // a token's expiry
 	tokenID   int64       // for tokens
+	sessionID int64       // for sessions
 	cookie    bool        // authenticated by session cookie (needs CSRF on writes)
 	csrf      string      // the session's CSRF token
 	secret    string      // the session's or token's secret: for logout, and checked again by open streams
@@ -71,7 +72,7 @@ func tokenPrincipal(tok store.Token, secret string) *principal {
 func sessionPrincipal(sess store.Session, secret string) *principal {
 	name := "user:" + sess.User.Username
 	return &principal{name: name, owner: name, username: sess.User.Username, userID: sess.User.ID,
-		role: sess.User.Role, scope: sess.User.Scope(), cookie: true, csrf: sess.CSRFToken, secret: secret}
+		role: sess.User.Role, scope: sess.User.Scope(), cookie: true, csrf: sess.CSRFToken, secret: secret, sessionID: sess.ID}
 }
 
 var roleRank = store.RoleRank
