@@ -161,6 +161,8 @@ func New(cfg Config) *API {
 
 	v1.GET("/audit", viewer, a.h(a.listAudit))
 	v1.GET("/audit/verify", viewer, a.h(a.verifyAudit))
+	v1.GET("/audit/stream", admin, a.h(a.getAuditStream))
+	v1.PUT("/audit/stream", admin, a.h(a.putAuditStream))
 
 	v1.GET("/users", admin, a.h(a.listUsers))
 	v1.POST("/users", admin, a.h(a.createUser))

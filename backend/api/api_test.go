@@ -305,6 +305,8 @@ var scenarios = []scenario{
 	{route: "PUT /api/v1/settings", path: "/api/v1/settings", body: `{"require_approval":false}`, auth: "admin", ok: 200, scope: "all"},
 	{route: "GET /api/v1/audit", path: "/api/v1/audit", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/audit/verify", path: "/api/v1/audit/verify", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/audit/stream", path: "/api/v1/audit/stream", auth: "admin", ok: 200, scope: "all"},
+	{route: "PUT /api/v1/audit/stream", path: "/api/v1/audit/stream", body: `{"url":"https://siem.example/in","secret":"0123456789abcdef","enabled":false}`, auth: "admin", ok: 200, scope: "all"},
 	{route: "GET /api/v1/users", path: "/api/v1/users", auth: "admin", ok: 200, scope: "all"},
 	{route: "POST /api/v1/users", path: "/api/v1/users", body: `{"username":"u-{cred}","password":"password1","role":"viewer"}`, auth: "admin", ok: 201, scope: "all"},
 	{route: "POST /api/v1/users/:id/disable", path: "/api/v1/users/{id:user:bob}/disable", auth: "admin", ok: 200, scope: "all"},

@@ -157,3 +157,64 @@ func cell(s string) string {
 	}
 	return s
 }
+
+// auditStreamView is GET /api/v1/audit/stream: the settings (never the
+// secret) and how far delivery has come.
+type auditStreamView struct {
+	store.AuditStream
+	Pending int64 `json:"pending"` // events not yet acknowledged
+}
+
+func (a *API) getAuditStream(c *gin.Context) error {
+	s, err := a.store.FindAuditStream(c.Request.Context())
+	if err != nil {
+		return err
+	}
+	n, err := a.store.CountAuditAfter(c.Request.Context(), s.DeliveredID)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, auditStreamView{AuditStream: s, Pending: n})
+	return nil
+}
+
+type auditStreamRequest struct {
+	URL     string  `json:"url"`
+	Secret  *string `json:"secret"` // absent: keep the one set
+	Enabled bool    `json:"enabled"`
+}
+
+// Bounds of the audit stream's secret.
+const (
+	minStreamSecret = 16
+	maxStreamSecret = 256
+)
+
+func (a *API) putAuditStream(c *gin.Context) error {
+	var req auditStreamRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	if req.URL != "" {
+		u, err := url.Parse(req.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(req.URL) > maxWebhookURL {
+			return badRequest("url must be an http or https URL of at most %d bytes", maxWebhookURL)
+		}
+	}
+	if err := checkText("url", req.URL); err != nil {
+		return err
+	}
+	if req.Secret != nil {
+		if len(*req.Secret) < minStreamSecret || len(*req.Secret) > maxStreamSecret {
+			return badRequest("secret must have %d to %d bytes", minStreamSecret, maxStreamSecret)
+		}
+		if err := checkText("secret", *req.Secret); err != nil {
+			return err
+		}
+	}
+	if _, err := a.store.UpdateAuditStream(c.Request.Context(),
+		store.AuditStreamUpdate{URL: req.URL, Secret: req.Secret, Enabled: req.Enabled}, a.actor(c)); err != nil {
+		return err
+	}
+	return a.getAuditStream(c)
+}

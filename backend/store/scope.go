@@ -118,7 +118,7 @@ func validDomainName(d string) bool {
 
 func cut(s string, n int) string {
 	if len(s) > n {
-		return s[:n] + "…"
+		return strings.ToValidUTF8(s[:n], "") + "…"
 	}
 	return s
 }
