@@ -121,6 +121,11 @@ export interface Me {
   username?: string;
   role?: string;
   csrf_token?: string;
+  /** The domains the role holds for, when all_domains is false. */
+  domains?: string[];
+  all_domains?: boolean;
+  /** A read-only token: GET requests only. */
+  read_only?: boolean;
 }
 
 /** login starts a session; the console sets the cookie and returns the CSRF token. */
@@ -153,6 +158,16 @@ export async function me(): Promise<Me | null> {
 /** canEdit reports whether a role may publish. */
 export function canEdit(role: string | undefined): boolean {
   return role === 'editor' || role === 'admin';
+}
+
+/**
+ * canEditDomain reports whether me may publish to domain: an editor or
+ * admin whose role holds for that domain (every domain, or it is listed).
+ * The console checks again; this only hides what would be refused.
+ */
+export function canEditDomain(me: Me | null | undefined, domain: string): boolean {
+  if (!me || me.read_only || !canEdit(me.role)) return false;
+  return me.all_domains !== false || (me.domains ?? []).includes(domain);
 }
 
 // --- rules -------------------------------------------------------------------
@@ -523,6 +538,40 @@ export interface User {
   role: string;
   disabled: boolean;
   created_at: string;
+  /** The domains the role holds for; [] means every domain. */
+  domains?: string[];
+}
+
+/** Session is a live sign-in of a user. */
+export interface Session {
+  id: number;
+  created_at: string;
+  last_seen: string;
+  expires_at: string;
+  ip: string;
+  user_agent: string;
+  current?: boolean;
+}
+
+/** setUserDomains changes the domains a user's role holds for; [] means every domain (admin). */
+export function setUserDomains(id: number, domains: string[]): Promise<User> {
+  return request<User>('PUT', `/users/${seg(id)}/domains`, { domains });
+}
+
+/** userSessions lists a user's live sessions (admin). */
+export async function userSessions(id: number): Promise<Session[]> {
+  return (await request<{ sessions: Session[] }>('GET', `/users/${seg(id)}/sessions`)).sessions;
+}
+
+/** endSessions ends one session of a user, or all of them when sid is omitted (admin). */
+export async function endSessions(id: number, sid?: number): Promise<number> {
+  const path = sid === undefined ? `/users/${seg(id)}/sessions` : `/users/${seg(id)}/sessions/${seg(sid)}`;
+  return (await request<{ ended: number }>('DELETE', path)).ended;
+}
+
+/** signOutEverywhere ends every session of the signed-in user, this one included. */
+export async function signOutEverywhere(): Promise<void> {
+  await request('DELETE', '/me/sessions');
 }
 
 /** users lists console accounts (admin). */
@@ -532,8 +581,8 @@ export async function users(): Promise<User[]> {
 }
 
 /** createUser adds an account (admin). */
-export function createUser(username: string, password: string, role: string): Promise<User> {
-  return request<User>('POST', '/users', { username, password, role });
+export function createUser(username: string, password: string, role: string, domains: string[] = []): Promise<User> {
+  return request<User>('POST', '/users', domains.length ? { username, password, role, domains } : { username, password, role });
 }
 
 /** setUserDisabled disables or re-enables an account (admin). */
@@ -562,6 +611,28 @@ export interface Token {
   expires_at?: string | null;
   disabled?: boolean;
   rotated_at?: string | null;
+  /** The token's own domain grants; [] means every domain. */
+  domains?: string[];
+  node_id?: string | null;
+  read_only?: boolean;
+  fleet?: boolean;
+  /** The user it acts for; null for a token the console made. */
+  owner?: string | null;
+  owner_disabled?: boolean;
+  /** What it may do now: the lower of its role and its owner's. */
+  effective_role?: string;
+}
+
+/** TokenOptions are a new token's scope: its domains, read-only flag, and (node tokens) fleet flag. */
+export interface TokenOptions {
+  domains?: string[];
+  read_only?: boolean;
+  fleet?: boolean;
+}
+
+/** parseDomains reads a comma- or space-separated domain list; empty means every domain. */
+export function parseDomains(text: string): string[] {
+  return [...new Set(text.split(/[\s,]+/).map((d) => d.trim()).filter((d) => d !== ''))];
 }
 
 /** NewToken is a token with its secret, shown once. */
@@ -581,9 +652,12 @@ export async function tokens(): Promise<Token[]> {
 }
 
 /** createToken makes a token; expiresIn is a Go duration ("720h") or "" for never. */
-export function createToken(name: string, role: string, expiresIn: string): Promise<NewToken> {
-  const body: Record<string, string> = { name, role };
+export function createToken(name: string, role: string, expiresIn: string, opts: TokenOptions = {}): Promise<NewToken> {
+  const body: Record<string, unknown> = { name, role };
   if (expiresIn !== '') body.expires_in = expiresIn;
+  if (opts.domains?.length) body.domains = opts.domains;
+  if (opts.read_only) body.read_only = true;
+  if (opts.fleet) body.fleet = true;
   return request<NewToken>('POST', '/tokens', body);
 }
 
