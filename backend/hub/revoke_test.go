@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+
 package hub_test
 
 import (

@@ -421,14 +421,34 @@ type TokenSecret struct {
 	Role      string     `json:"role"`
 	Last4     string     `json:"last4"`
 	ExpiresAt *time.Time `json:"expires_at"`
+	Domains   []string   `json:"domains"`
+	ReadOnly  bool       `json:"read_only"`
+	Fleet     bool       `json:"fleet"`
+}
+
+// TokenOptions scope a new token: its domains (empty: every domain the
+// creator holds), the read-only flag and, for node tokens, the fleet flag.
+type TokenOptions struct {
+	Domains  []string
+	ReadOnly bool
+	Fleet    bool
 }
 
 // CreateToken creates a token; expiresIn is a Go duration or "" for never.
-func (c *Client) CreateToken(ctx context.Context, name, role, expiresIn string) (TokenSecret, error) {
+func (c *Client) CreateToken(ctx context.Context, name, role, expiresIn string, opts TokenOptions) (TokenSecret, error) {
 	var out TokenSecret
-	body := map[string]string{"name": name, "role": role}
+	body := map[string]any{"name": name, "role": role}
 	if expiresIn != "" {
 		body["expires_in"] = expiresIn
+	}
+	if len(opts.Domains) > 0 {
+		body["domains"] = opts.Domains
+	}
+	if opts.ReadOnly {
+		body["read_only"] = true
+	}
+	if opts.Fleet {
+		body["fleet"] = true
 	}
 	_, err := c.call(ctx, "POST", "/api/v1/tokens", body, &out)
 	return out, err
