@@ -101,4 +101,24 @@ describe('team-owned domains', () => {
     await team.getByRole('heading', { name: 'Sign in to Sluice' }).waitFor();
     expect(problems).toEqual([]);
   });
+
+  it('lets an admin set the session lifetimes and turn on the audit stream', async () => {
+    await adminPage.goto(`${base}/users`);
+    await adminPage.getByTestId('audit-stream').getByText('Delivered up to event').waitFor(); // loaded
+    await adminPage.getByLabel('Sign out after idle (hours)').fill('2');
+    await adminPage.getByRole('button', { name: 'Save lifetimes' }).click();
+    await adminPage.getByText('Saved the session lifetimes').waitFor();
+    const card = adminPage.getByTestId('audit-stream');
+    await card.getByLabel('Webhook URL').fill('https://siem.example.com/in');
+    await card.getByLabel('Signing secret').fill('a-secret-of-some-length');
+    await card.getByLabel('Deliver').check();
+    await card.getByRole('button', { name: 'Save audit stream' }).click();
+    await adminPage.getByText('The audit stream is on.').waitFor();
+    const settings = await admin.call<{ session_idle_s: number }>('GET', '/api/v1/settings');
+    expect(settings.session_idle_s).toBe(7200);
+    const stream = await admin.call<Record<string, unknown>>('GET', '/api/v1/audit/stream');
+    expect(stream).toMatchObject({ url: 'https://siem.example.com/in', enabled: true, secret_set: true });
+    expect(JSON.stringify(stream)).not.toContain('a-secret-of-some-length');
+    expect(problems).toEqual([]);
+  });
 });

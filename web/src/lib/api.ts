@@ -393,6 +393,37 @@ export async function domainSchema(): Promise<Record<string, unknown> | null> {
 /** Settings are the console-wide options (issue 5). */
 export interface Settings {
   require_approval?: boolean;
+  /** Seconds a session lasts without a request, and after sign-in at most. */
+  session_idle_s?: number;
+  session_absolute_s?: number;
+}
+
+/** setSessionLifetimes changes the session timeouts, in seconds (admin). */
+export function setSessionLifetimes(idleS: number, absoluteS: number): Promise<Settings> {
+  return request<Settings>('PUT', '/settings', { session_idle_s: idleS, session_absolute_s: absoluteS });
+}
+
+/** AuditStream is the SIEM webhook every audit event is delivered to. */
+export interface AuditStream {
+  url: string;
+  enabled: boolean;
+  secret_set: boolean;
+  delivered_id: number;
+  pending: number;
+  last_error: string;
+  last_attempt?: string | null;
+}
+
+/** auditStream reads the audit stream's settings and progress (admin). */
+export function auditStream(): Promise<AuditStream> {
+  return request<AuditStream>('GET', '/audit/stream');
+}
+
+/** setAuditStream configures the audit stream; an empty secret keeps the one set (admin). */
+export function setAuditStream(url: string, secret: string, enabled: boolean): Promise<AuditStream> {
+  const body: Record<string, unknown> = { url, enabled };
+  if (secret !== '') body.secret = secret;
+  return request<AuditStream>('PUT', '/audit/stream', body);
 }
 
 /** settings reads the console-wide options. */
