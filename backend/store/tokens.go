@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,8 +119,10 @@ func (t Token) live(now time.Time) bool {
 // ownersOf loads the owners of tokens, by id.
 func ownersOf(tx *gorm.DB, tokens []Token) (map[int64]userRow, error) {
 	var ids []int64
+	seen := make(map[int64]bool)
 	for _, t := range tokens {
-		if t.ownerID != nil {
+		if t.ownerID != nil && !seen[*t.ownerID] {
+			seen[*t.ownerID] = true
 			ids = append(ids, *t.ownerID)
 		}
 	}
@@ -286,8 +289,13 @@ func (s *Store) LiveTokens(ctx context.Context, secrets []string) (map[string]To
 	}
 	db := s.db.WithContext(ctx)
 	var rows []tokenRow
-	if err := db.Where("hash IN ?", hashes).Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("check tokens: %w", err)
+	// In chunks: a statement takes at most 65,535 parameters.
+	for chunk := range slices.Chunk(hashes, 10000) {
+		var part []tokenRow
+		if err := db.Where("hash IN ?", chunk).Find(&part).Error; err != nil {
+			return nil, fmt.Errorf("check tokens: %w", err)
+		}
+		rows = append(rows, part...)
 	}
 	ts, err := resolveTokens(db, rows)
 	if err != nil {
