@@ -5,6 +5,7 @@ package hub_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"nhooyr.io/websocket"
 
@@ -69,9 +70,16 @@ func TestRevokedNodeTokenClosed(t *testing.T) {
 // snapshot arrives first.
 func assertRevoked(t *testing.T, name string, n *node) {
 	t.Helper()
-	for msg := range n.in {
-		if snap, ok := msg.(*wire.Snapshot); ok {
-			t.Errorf("%s: got snapshot %d after its token was revoked", name, snap.Version)
+	deadline := time.After(15 * time.Second)
+	for open := true; open; {
+		select {
+		case msg, ok := <-n.in:
+			if snap, isSnap := msg.(*wire.Snapshot); ok && isSnap {
+				t.Errorf("%s: got snapshot %d after its token was revoked", name, snap.Version)
+			}
+			open = ok
+		case <-deadline:
+			t.Fatalf("%s: still connected 15 s after its token was revoked", name)
 		}
 	}
 	if got := websocket.CloseStatus(n.err); got != wire.CloseRevoked {
