@@ -307,12 +307,29 @@ func (c *Client) Tokens(ctx context.Context) ([]consoleapi.Token, error) {
 	return out.Tokens, err
 }
 
+// TokenOptions scope a new token: its domains (empty: every domain the
+// creator holds), the read-only flag and, for node tokens, the fleet flag.
+type TokenOptions struct {
+	Domains  []string
+	ReadOnly bool
+	Fleet    bool
+}
+
 // CreateToken creates a token; expiresIn is a Go duration or "" for never.
-func (c *Client) CreateToken(ctx context.Context, name, role, expiresIn string) (consoleapi.TokenSecret, error) {
+func (c *Client) CreateToken(ctx context.Context, name, role, expiresIn string, opts TokenOptions) (consoleapi.TokenSecret, error) {
 	var out consoleapi.TokenSecret
 	body := consoleapi.TokenCreateRequest{Name: name, Role: consoleapi.TokenCreateRequestRole(role)}
 	if expiresIn != "" {
 		body.ExpiresIn = &expiresIn
+	}
+	if len(opts.Domains) > 0 {
+		body.Domains = opts.Domains
+	}
+	if opts.ReadOnly {
+		body.ReadOnly = &opts.ReadOnly
+	}
+	if opts.Fleet {
+		body.Fleet = &opts.Fleet
 	}
 	_, err := c.call(ctx, "POST", "/api/v1/tokens", body, &out)
 	return out, err
