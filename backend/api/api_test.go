@@ -414,7 +414,7 @@ func (f *fixture) seedScenarios(t *testing.T) {
 	if _, err := f.store.SetUserDisabled(ctx, f.ids["user:carol"], true, sys); err != nil {
 		t.Fatal(err)
 	}
-	for _, who := range []string{"support", "editor", "admin"} {
+	for _, who := range []string{"support", "editor", "admin", "ssupport", "seditor", "sadmin"} {
 		id, _, err := f.store.CreateOverride(ctx, store.OverrideSpec{Domain: "api", Entries: []rules.Entry{{Key: "api_key", Value: "seed-" + who}},
 			RateLimit: store.OverrideRate{Unit: "hour", RequestsPerUnit: 8}, ExpiresAt: time.Now().Add(time.Hour), Message: "m"}, sys)
 		if err != nil {
