@@ -1218,7 +1218,7 @@ type DomainDetail struct {
 		ExpiresAt time.Time       `json:"expires_at"`
 		ID        int64           `json:"id"`
 		RateLimit OverrideRate    `json:"rate_limit"`
-	} `json:"overrides"`
+	} `json:"overrides,omitempty"`
 
 	// Problems Set (and config null) only if the stored YAML no longer parses.
 	Problems []Problem `json:"problems,omitempty"`
@@ -1266,7 +1266,7 @@ type DomainRevision struct {
 		ExpiresAt time.Time       `json:"expires_at"`
 		ID        int64           `json:"id"`
 		RateLimit OverrideRate    `json:"rate_limit"`
-	} `json:"overrides"`
+	} `json:"overrides,omitempty"`
 
 	// Version The version that last changed the domain's YAML.
 	Version int64  `json:"version"`

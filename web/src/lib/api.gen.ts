@@ -3025,7 +3025,7 @@ export interface components {
              *     the domain's own YAML; nodes get it with these appended as its `overrides` section (the
              *     snapshot's checksum covers that), which is what version diffs compare.
              */
-            overrides: {
+            overrides?: {
                 /** Format: int64 */
                 id: number;
                 entries: components["schemas"]["OverrideEntry"][];
