@@ -340,6 +340,7 @@ func (e InspectedLimitAlgorithm) Valid() bool {
 // Defines values for InspectedLimitUnit.
 const (
 	InspectedLimitUnitDay    InspectedLimitUnit = "day"
+	InspectedLimitUnitEmpty  InspectedLimitUnit = ""
 	InspectedLimitUnitHour   InspectedLimitUnit = "hour"
 	InspectedLimitUnitMinute InspectedLimitUnit = "minute"
 	InspectedLimitUnitMonth  InspectedLimitUnit = "month"
@@ -352,6 +353,8 @@ const (
 func (e InspectedLimitUnit) Valid() bool {
 	switch e {
 	case InspectedLimitUnitDay:
+		return true
+	case InspectedLimitUnitEmpty:
 		return true
 	case InspectedLimitUnitHour:
 		return true
@@ -1386,7 +1389,7 @@ type InspectedLimit struct {
 	Algorithm InspectedLimitAlgorithm `json:"algorithm"`
 
 	// Capacity used + remaining: the burst of a bucket, else requests_per_unit.
-	Capacity *int64 `json:"capacity,omitempty"`
+	Capacity int64 `json:"capacity"`
 
 	// Descriptor The index of the descriptor in the request.
 	Descriptor      int   `json:"descriptor"`
@@ -1398,14 +1401,14 @@ type InspectedLimit struct {
 
 	// Rule The limit's name, as in stats (rate_limit.name, else its path name).
 	Rule       string `json:"rule"`
-	ShadowMode *bool  `json:"shadow_mode,omitempty"`
+	ShadowMode bool   `json:"shadow_mode"`
 
 	// Shards The store keys the limit is counted on (summed here).
-	Shards *int `json:"shards,omitempty"`
+	Shards int `json:"shards"`
 
 	// Unit "" when unlimited.
 	Unit      InspectedLimitUnit `json:"unit"`
-	Unlimited *bool              `json:"unlimited,omitempty"`
+	Unlimited bool               `json:"unlimited"`
 	Used      int64              `json:"used"`
 }
 
@@ -1539,16 +1542,16 @@ type Override struct {
 
 	// ChangeID The change request that approved it, if any.
 	ChangeID   *int64     `json:"change_id,omitempty"`
-	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
 	Domain     string     `json:"domain"`
 	EndMessage *string    `json:"end_message,omitempty"`
-	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	EndedAt    *time.Time `json:"ended_at"`
 
 	// EndedBy Who ended it: `system` when it expired.
 	EndedBy *string `json:"ended_by,omitempty"`
 
 	// EndedVersion The version without it, once it expired or ended.
-	EndedVersion *int64          `json:"ended_version,omitempty"`
+	EndedVersion *int64          `json:"ended_version"`
 	Entries      []OverrideEntry `json:"entries"`
 	ExpiresAt    time.Time       `json:"expires_at"`
 	ID           int64           `json:"id"`
@@ -1557,7 +1560,7 @@ type Override struct {
 	Status       OverrideStatus  `json:"status"`
 
 	// Urgent Published without approval although approval was required (break-glass).
-	Urgent *bool `json:"urgent,omitempty"`
+	Urgent bool `json:"urgent"`
 
 	// Version The version that published it.
 	Version int64 `json:"version"`
@@ -1565,6 +1568,15 @@ type Override struct {
 
 // OverrideStatus defines model for Override.Status.
 type OverrideStatus string
+
+// OverrideCreated defines model for OverrideCreated.
+type OverrideCreated struct {
+	// ID The override's id.
+	ID int64 `json:"id"`
+
+	// Version The version that published it.
+	Version int64 `json:"version"`
+}
 
 // OverrideEntry defines model for OverrideEntry.
 type OverrideEntry struct {
@@ -1756,7 +1768,7 @@ type ResetRequest struct {
 // ResetResult defines model for ResetResult.
 type ResetResult struct {
 	// Keys The store keys deleted (a counter that was never used has none).
-	Keys   *int `json:"keys,omitempty"`
+	Keys   int64 `json:"keys"`
 	Limits []struct {
 		Descriptor int    `json:"descriptor"`
 		Rule       string `json:"rule"`

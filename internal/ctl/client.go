@@ -176,27 +176,38 @@ type Published struct {
 
 // publish makes a publishing call and reads either answer.
 func (c *Client) publish(ctx context.Context, method, path string, body any) (Published, error) {
-	resp, err := c.send(ctx, method, path, body)
+	pub, change, err := proposable[consoleapi.Published](ctx, c, method, path, body)
 	if err != nil {
 		return Published{}, err
+	}
+	return Published{Published: pub, Change: change}, nil
+}
+
+// proposable makes a call the console answers either with a T (2xx) or,
+// when approval is required, with 202 and the change request it proposed
+// instead (then the T is zero).
+func proposable[T any](ctx context.Context, c *Client, method, path string, body any) (T, *consoleapi.ChangeRequest, error) {
+	var out T
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return out, nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return Published{}, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return out, nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
-	var p Published
 	if resp.StatusCode == http.StatusAccepted {
 		var proposed consoleapi.Proposed
-		err = json.Unmarshal(raw, &proposed)
-		p.Change = &proposed.Change
-	} else {
-		err = json.Unmarshal(raw, &p.Published)
+		if err := json.Unmarshal(raw, &proposed); err != nil {
+			return out, nil, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+		return out, &proposed.Change, nil
 	}
-	if err != nil {
-		return Published{}, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, nil, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}
-	return p, nil
+	return out, nil, nil
 }
 
 // PutRuleset publishes every domain of ch and its deletions as one version.
