@@ -89,9 +89,12 @@
 //
 // This package's cluster tests hold it to that on a real three-master
 // cluster: 48 callers starting at once, each a fresh user, on a global limit
-// of 20 get exactly 20 admitted (check-then-commit admitted 24–54), and 200
-// callers for 10 s on a global 100/s token bucket get its burst plus 100/s
-// to within 1%.
+// of 20 get exactly 20 admitted; 48 callers of 8 users on per-user limits
+// and a global 20 get at most 20, each limit counting exactly the
+// admissions it took part in; and 200 callers on a global 100/s token
+// bucket get its burst plus 100/s of the run, never more than 2% over
+// (TestClusterSustained; its 2% is the slack of timing the run, not of the
+// limiter).
 //
 // # Throughput and the node side
 //
