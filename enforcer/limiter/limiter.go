@@ -92,9 +92,8 @@
 // of 20 get exactly 20 admitted; 48 callers of 8 users on per-user limits
 // and a global 20 get at most 20, each limit counting exactly the
 // admissions it took part in; and 200 callers on a global 100/s token
-// bucket get its burst plus 100/s of the run, never more than 2% over
-// (TestClusterSustained; its 2% is the slack of timing the run, not of the
-// limiter).
+// bucket get its burst plus 100/s of the run (TestClusterSustained: at most
+// 2% over what the bucket allows by the last admission's time).
 //
 // # Throughput and the node side
 //
