@@ -4,9 +4,11 @@ package gateway_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,5 +102,86 @@ func TestGatewayUpstreamTimeout(t *testing.T) {
 	}
 	if took := time.Since(began); took > 10*time.Second {
 		t.Errorf("504 after %v, want about the 200ms timeout", took)
+	}
+}
+
+// records is a slog.Handler that keeps every record.
+type records struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *records) Enabled(context.Context, slog.Level) bool { return true }
+func (h *records) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+func (h *records) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *records) WithGroup(string) slog.Handler      { return h }
+
+// failures returns the "upstream request failed" records' suppressed_since_last.
+func (h *records) failures() []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []int64
+	for _, r := range h.recs {
+		if r.Message != "upstream request failed" {
+			continue
+		}
+		n := int64(-1)
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "suppressed_since_last" {
+				n = a.Value.Int64()
+			}
+			return true
+		})
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestGatewayUpstreamDownLogsOnceASecond: an unreachable upstream fails
+// every request, and the gateway logs it at most once a second, with the
+// count of failures it did not log since the last line.
+func TestGatewayUpstreamDownLogsOnceASecond(t *testing.T) {
+	up := newUpstream(t)
+	addr := up.URL
+	up.Close()
+	log := &records{}
+	// A limit far above what the test sends, so every request reaches the upstream.
+	g := newGateway(t, addr, nil, `domain: web
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 10000}
+`, func(c *gateway.Config) { c.Log = slog.New(log) })
+
+	sent := 0
+	fail := func() {
+		t.Helper()
+		sent++
+		if resp, _ := send(t, "GET", g.url+"/x", nil, nil); resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("request %d: %d, want 502", sent, resp.StatusCode)
+		}
+	}
+	began := time.Now()
+	for range 5 {
+		fail()
+	}
+	if got := log.failures(); time.Since(began) < time.Second && len(got) != 1 {
+		t.Fatalf("5 failures within a second logged %d lines (%v), want 1", len(got), got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(log.failures()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second log line after %d failures over 10s", sent)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for the log's second to pass
+		fail()
+	}
+	got := log.failures()
+	if len(got) != 2 || got[0] != 0 || got[1] != int64(sent-2) {
+		t.Errorf("log lines' suppressed_since_last %v after %d failures, want [0 %d]", got, sent, sent-2)
 	}
 }
