@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -110,4 +112,23 @@ func TestConsoleReadyzFollowsSchema(t *testing.T) {
 	readyz(200, `"ready"`, "migrated again")
 	exec(t, db, "INSERT INTO goose_db_version (version_id, is_applied) VALUES (9999, true)")
 	readyz(503, "not migrated", "on a newer schema")
+	exec(t, db, "DELETE FROM goose_db_version WHERE version_id = 9999")
+	readyz(200, `"ready"`, "back on this binary's schema")
+
+	// The database unreachable: it refuses connections, and the console's
+	// open ones are ended.
+	adminURL := os.Getenv("DATABASE_URL")
+	if adminURL == "" {
+		adminURL = testenv.DefaultDatabaseURL
+	}
+	admin := openDB(t, adminURL)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	exec(t, admin, "ALTER DATABASE "+name+" WITH ALLOW_CONNECTIONS false")
+	exec(t, admin, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+name+"'")
+	readyz(503, "not reachable", "with the database refusing connections")
 }
+
