@@ -131,4 +131,3 @@ func TestConsoleReadyzFollowsSchema(t *testing.T) {
 	exec(t, admin, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+name+"'")
 	readyz(503, "not reachable", "with the database refusing connections")
 }
-
