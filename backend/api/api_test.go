@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/internal/apicheck"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -76,7 +77,7 @@ func newFixture(t *testing.T) *fixture {
 	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	a := api.New(api.Config{Store: st, Hub: hub.New(st, log), Stats: stats.New(stats.Config{Store: st, Log: log}), Log: log,
 		LoginThrottle: api.NewTestThrottle(clk.now)})
-	srv := httptest.NewServer(a)
+	srv := httptest.NewServer(apicheck.Handler(t, a))
 	t.Cleanup(srv.Close)
 	f := &fixture{api: a, url: url, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{}}
 	for _, role := range []string{"viewer", "editor", "admin", "node"} {

@@ -256,3 +256,31 @@ export function diffStat(lines: readonly DiffLine[]): { added: number; removed: 
   }
   return { added, removed };
 }
+
+/**
+ * parseUnified reads a unified diff as the console sends it (DomainDiff's
+ * `unified`, "diff -u" with "--- a/NAME" / "+++ b/NAME" headers) into
+ * hunks with line numbers, for the same rendering as unifiedHunks.
+ */
+export function parseUnified(text: string): Hunk[] {
+  const hunks: Hunk[] = [];
+  let hunk: Hunk | null = null;
+  let oldNo = 0;
+  let newNo = 0;
+  for (const line of text.split('\n')) {
+    const m = /^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@/.exec(line);
+    if (m) {
+      hunk = { header: line, lines: [] };
+      hunks.push(hunk);
+      // An empty side is "-0,0": its first line would be line 1.
+      oldNo = Math.max(Number(m[1]), 1);
+      newNo = Math.max(Number(m[2]), 1);
+      continue;
+    }
+    if (!hunk) continue; // the "---" and "+++" lines before the first hunk
+    if (line.startsWith('+')) hunk.lines.push({ type: 'insert', text: line.slice(1), newNo: newNo++ });
+    else if (line.startsWith('-')) hunk.lines.push({ type: 'delete', text: line.slice(1), oldNo: oldNo++ });
+    else if (line.startsWith(' ')) hunk.lines.push({ type: 'equal', text: line.slice(1), oldNo: oldNo++, newNo: newNo++ });
+  }
+  return hunks;
+}
