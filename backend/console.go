@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/web"
 )
 
@@ -44,7 +45,18 @@ type Config struct {
 	// SpikeWarmup is how long a rule is watched before its spikes are
 	// judged (stats.DefaultSpikeWarmup when zero); tests shorten it.
 	SpikeWarmup time.Duration
+	// RedisURL is the counter store the enforcers count in, in the
+	// enforcer's --redis-url forms (standalone, Cluster, Sentinel), for the
+	// support desk's inspect and reset; empty leaves those answering 503.
+	RedisURL string
+	// KeyPrefix starts every counter key, as the enforcers' KeyPrefix
+	// does (engine.DefaultKeyPrefix when empty).
+	KeyPrefix string
 }
+
+// counterStoreTimeout bounds each step of a support-desk call to the
+// counter store: far above an enforcer's, since nobody's request waits.
+const counterStoreTimeout = time.Second
 
 // Run migrates the database, bootstraps the admin user if there are no
 // users, and serves until ctx ends. ready, if set, is called with the bound
@@ -53,6 +65,15 @@ type Config struct {
 func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready func(net.Addr)) error {
 	if err := api.CheckProxies(cfg.TrustedProxies); err != nil {
 		return err
+	}
+	var counters *limiter.Redis
+	if cfg.RedisURL != "" {
+		client, err := limiter.NewClient(cfg.RedisURL, limiter.WithTimeout(counterStoreTimeout), limiter.WithDialTimeout(counterStoreTimeout))
+		if err != nil {
+			return fmt.Errorf("counter store: %w", err)
+		}
+		defer client.Close()
+		counters = limiter.NewRedis(client)
 	}
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -99,7 +120,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 		}
 	}()
 	handler := api.New(api.Config{Store: st, Hub: h, Stats: agg, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies,
-		TrustedProxies: cfg.TrustedProxies, MetricsAuth: cfg.MetricsAuth})
+		TrustedProxies: cfg.TrustedProxies, MetricsAuth: cfg.MetricsAuth, Counters: counters, KeyPrefix: cfg.KeyPrefix})
 
 	srv := &http.Server{
 		Handler:           handler,

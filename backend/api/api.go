@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/enforcer/limiter"
 )
 
 // Body size limits. A domain's YAML travels inside a JSON body, so the
@@ -47,6 +48,12 @@ type Config struct {
 	// LoginThrottle decides sign-in attempts; nil means an in-process
 	// token bucket.
 	LoginThrottle Throttle
+	// Counters is the counter store the enforcers count in, for the
+	// support desk's inspect and reset; nil answers them 503.
+	Counters *limiter.Redis
+	// KeyPrefix starts every counter key, as the enforcers' does
+	// (engine.DefaultKeyPrefix when empty).
+	KeyPrefix string
 }
 
 // API serves the console's HTTP routes.
@@ -59,6 +66,9 @@ type API struct {
 	engine   *gin.Engine
 	throttle Throttle
 	openapi  []byte
+	// inspector matches and reads counters for the support desk; nil
+	// without a counter store.
+	inspector *inspector
 
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
@@ -81,7 +91,7 @@ func CheckProxies(proxies []string) error {
 // New builds the router.
 func New(cfg Config) *API {
 	a := &API{store: cfg.Store, hub: cfg.Hub, stats: cfg.Stats, log: cfg.Log, secure: cfg.SecureCookies, engine: gin.New(),
-		throttle: cfg.LoginThrottle, openapi: openAPIJSON}
+		throttle: cfg.LoginThrottle, openapi: openAPIJSON, inspector: newInspector(cfg.Counters, cfg.KeyPrefix)}
 	if a.throttle == nil {
 		a.throttle = newThrottle(nil)
 	}
@@ -181,6 +191,8 @@ func New(cfg Config) *API {
 	v1.GET("/stats/settings", viewer, a.h(a.statsSettings))
 	v1.GET("/stats/stream", viewer, a.statsStream)
 	v1.GET("/quotas", viewer, a.h(a.listQuotas))
+	v1.POST("/inspect", viewer, a.h(a.inspect)) // support desk (inspect.go)
+	v1.POST("/inspect/reset", a.require(store.RoleSupport), a.h(a.resetCounters))
 	v1.GET("/alerts", admin, a.h(a.getAlerts))
 	v1.PUT("/alerts", admin, a.h(a.putAlerts))
 	v1.POST("/alerts/test", admin, a.h(a.testAlert))

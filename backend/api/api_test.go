@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/internal/apicheck"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -56,15 +57,21 @@ type fixture struct {
 	clock  *clock
 	tokens map[string]string // credential name → bearer secret
 	ids    map[string]int64  // named fixtures → ids
+	// counters is the test Redis the support desk reads, under keyPrefix.
+	counters  *limiter.Redis
+	keyPrefix string
 }
 
 // sys is the actor of fixture set-up.
 var sys = store.Actor{Name: "test"}
 
 // credentials are every kind of caller; "" is anonymous.
-var credentials = []string{"", "garbage", "viewer", "editor", "admin", "node", "expired", "disabled"}
+var credentials = []string{"", "garbage", "viewer", "support", "editor", "admin", "node", "expired", "disabled"}
 
-func newFixture(t *testing.T) *fixture {
+// newFixture serves the API on a fresh database, with the test Redis as
+// the counter store (under a key prefix of the test's own); opts change the
+// configuration.
+func newFixture(t *testing.T, opts ...func(*api.Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	url := testenv.PostgresURL(t)
@@ -75,12 +82,22 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a := api.New(api.Config{Store: st, Hub: hub.New(st, log), Stats: stats.New(stats.Config{Store: st, Log: log}), Log: log,
-		LoginThrottle: api.NewTestThrottle(clk.now)})
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cfg := api.Config{Store: st, Hub: hub.New(st, log), Stats: stats.New(stats.Config{Store: st, Log: log}), Log: log,
+		LoginThrottle: api.NewTestThrottle(clk.now), Counters: limiter.NewRedis(client), KeyPrefix: testenv.KeyPrefix(t)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	a := api.New(cfg)
 	srv := httptest.NewServer(apicheck.Handler(t, a))
 	t.Cleanup(srv.Close)
-	f := &fixture{api: a, url: url, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{}}
-	for _, role := range []string{"viewer", "editor", "admin", "node"} {
+	f := &fixture{api: a, url: url, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{},
+		counters: cfg.Counters, keyPrefix: cfg.KeyPrefix}
+	for _, role := range []string{"viewer", "support", "editor", "admin", "node"} {
 		f.token(t, role, role, nil)
 	}
 	past := time.Now().Add(-time.Hour)
@@ -174,7 +191,7 @@ type scenario struct {
 	overrides map[string]int
 }
 
-var rank = map[string]int{"viewer": 1, "editor": 2, "admin": 3}
+var rank = map[string]int{"viewer": 1, "support": 2, "editor": 3, "admin": 4}
 
 // want is the status cred should get.
 func (s scenario) want(cred string) int {
@@ -277,6 +294,10 @@ var scenarios = []scenario{
 	{route: "GET /api/v1/stats/settings", path: "/api/v1/stats/settings", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/quotas", path: "/api/v1/quotas?period=2026-12", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/stream", path: "/api/v1/stats/stream", auth: "viewer", ok: 426},
+	{route: "POST /api/v1/inspect", path: "/api/v1/inspect",
+		body: `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"{cred}"}]}]}`, auth: "viewer", ok: 200},
+	{route: "POST /api/v1/inspect/reset", path: "/api/v1/inspect/reset",
+		body: `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"{cred}"}]}],"message":"m"}`, auth: "support", ok: 200},
 	{route: "GET /api/v1/alerts", path: "/api/v1/alerts", auth: "admin", ok: 200},
 	{route: "PUT /api/v1/alerts", path: "/api/v1/alerts", body: `{"webhooks":[],"spike_defaults":{"floor_per_s":5,"factor":5,"for_s":3},"domains":{"api":{"mask_values":true}}}`, auth: "admin", ok: 200},
 	// No webhook is configured: nothing to test.
