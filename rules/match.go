@@ -129,6 +129,9 @@ type Set struct {
 type node struct {
 	limit    *Limit
 	children map[string]*keyNode // by entry key; nil for a leaf
+	// overrides replace limit for some exact request descriptors
+	// (overrides.go); nil without any.
+	overrides map[string]*overrideStep
 }
 
 // keyNode holds the descriptors of one key at one level.
@@ -174,6 +177,7 @@ func Compile(domains []*Domain) (*Set, error) {
 			s.defaults[d.Name] = d.DefaultAlgorithm
 		}
 		s.domains[d.Name] = &node{children: s.level(d.Name, d.DefaultAlgorithm, d.Descriptors, "", nil)}
+		s.addOverrides(d.Name, d.Overrides)
 		if len(d.RequestDescriptors) > 0 {
 			rds := make([]RequestDescriptor, len(d.RequestDescriptors))
 			for i, rd := range d.RequestDescriptors {
@@ -270,7 +274,21 @@ func newLimit(domain string, def Algorithm, name string, d *Descriptor, path []L
 // descriptor with no children, and a limit applies only if the last entry
 // lands on a descriptor that has one. An unlimited limit is returned with
 // Unlimited set. Match does not allocate.
+//
+// An override (see Override) of exactly these entries replaces the limit.
 func (s *Set) Match(domain string, entries []Entry) *Limit {
+	n := s.find(domain, entries)
+	if n == nil {
+		return nil
+	}
+	if n.overrides != nil {
+		return n.overridden(entries)
+	}
+	return n.limit
+}
+
+// find returns the node the last of entries lands on, as Match walks.
+func (s *Set) find(domain string, entries []Entry) *node {
 	if s == nil || len(entries) == 0 {
 		return nil
 	}
@@ -288,7 +306,7 @@ func (s *Set) Match(domain string, entries []Entry) *Limit {
 		case n == nil:
 			return nil
 		case i == len(entries)-1:
-			return n.limit
+			return n
 		case len(n.children) == 0:
 			return nil
 		}

@@ -93,6 +93,7 @@ func validate(d *Domain) []Problem {
 		}
 	}
 	c.requestDescriptors(d)
+	c.overrides(d)
 	return c.problems
 }
 

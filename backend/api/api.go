@@ -161,6 +161,12 @@ func New(cfg Config) *API {
 	v1.POST("/changes/:id/approve", editor, a.h(a.approveChange))
 	v1.POST("/changes/:id/reject", editor, a.h(a.rejectChange))
 
+	support := a.require(store.RoleSupport)
+	v1.GET("/overrides", viewer, a.h(a.listOverrides))
+	v1.POST("/overrides", support, a.h(a.createOverride))
+	v1.GET("/overrides/:id", viewer, a.h(a.getOverride))
+	v1.DELETE("/overrides/:id", support, a.h(a.endOverride))
+
 	v1.GET("/settings", viewer, a.h(a.getSettings))
 	v1.PUT("/settings", admin, a.h(a.putSettings))
 

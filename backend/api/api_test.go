@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/internal/apicheck"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
 )
 
 func domainYAML(name string, n int) string {
@@ -302,6 +303,13 @@ var scenarios = []scenario{
 	{route: "PUT /api/v1/alerts", path: "/api/v1/alerts", body: `{"webhooks":[],"spike_defaults":{"floor_per_s":5,"factor":5,"for_s":3},"domains":{"api":{"mask_values":true}}}`, auth: "admin", ok: 200},
 	// No webhook is configured: nothing to test.
 	{route: "POST /api/v1/alerts/test", path: "/api/v1/alerts/test", auth: "admin", ok: 409},
+	{route: "GET /api/v1/overrides", path: "/api/v1/overrides?domain=api", auth: "viewer", ok: 200},
+	{route: "POST /api/v1/overrides", path: "/api/v1/overrides",
+		body: `{"domain":"api","entries":[{"key":"api_key","value":"ov-{cred}"}],"rate_limit":{"unit":"hour","requests_per_unit":8},"expires_at":"` +
+			time.Now().Add(48*time.Hour).UTC().Format(time.RFC3339) + `","message":"ticket 42"}`,
+		auth: "editor", ok: 201},
+	{route: "GET /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-editor}", auth: "viewer", ok: 200},
+	{route: "DELETE /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-{cred}}", body: `{"message":"done"}`, auth: "editor", ok: 200},
 }
 
 // seedScenarios creates what the scenarios act on.
@@ -339,6 +347,14 @@ func (f *fixture) seedScenarios(t *testing.T) {
 	}
 	if _, err := f.store.SetUserDisabled(ctx, f.ids["user:carol"], true, sys); err != nil {
 		t.Fatal(err)
+	}
+	for _, who := range []string{"editor", "admin"} {
+		id, _, err := f.store.CreateOverride(ctx, store.OverrideSpec{Domain: "api", Entries: []rules.Entry{{Key: "api_key", Value: "seed-" + who}},
+			RateLimit: store.OverrideRate{Unit: "hour", RequestsPerUnit: 8}, ExpiresAt: time.Now().Add(time.Hour), Message: "m"}, sys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ids["override-"+who] = id
 	}
 	f.token(t, "victim1", "viewer", nil)
 	f.token(t, "victim2", "viewer", nil)

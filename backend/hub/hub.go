@@ -209,6 +209,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	var bg, decoders sync.WaitGroup
 	bg.Go(func() { h.listen(ctx) })
 	bg.Go(func() { h.watchRollouts(ctx) })
+	bg.Go(func() { h.expireOverrides(ctx) })
 	// The decoders outlive the connections: they stop after the last
 	// read loop ended.
 	for range runtime.GOMAXPROCS(0) {

@@ -154,6 +154,9 @@ type Snapshot struct {
 	Version  int64    `json:"version"`
 	Checksum string   `json:"checksum"`
 	Domains  []Domain `json:"domains"`
+	// RulesVersion is the latest version that changed a domain's own YAML;
+	// versions that only start or end temporary overrides do not move it.
+	RulesVersion int64 `json:"rules_version"`
 }
 
 // YAMLByName returns each domain's YAML by name.

@@ -75,6 +75,12 @@ Commands:
   reset DOMAIN key=value... [+ key=value...] -m MSG
                              start those limits' counters afresh (role support or
                              above; audited as counter.reset)
+  overrides list             temporary overrides (--domain D, --status active|expired|ended)
+  overrides create DOMAIN KEY=VALUE... --rate N/UNIT (--until TIME | --for 48h) -m MSG
+                             give requests with exactly these entries another rate until
+                             a time: a new version; --urgent publishes at once when
+                             approval is required (audited as break-glass)
+  overrides end ID -m MSG    end an override early: a new version without it
 
 Flags (before or after the command):
   --console-url URL   console base URL (env SLUICE_CONSOLE_URL; default the config
@@ -121,7 +127,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	}
 	cmd := args[0]
-	group := cmd == "rules" || cmd == "versions" || cmd == "audit" || cmd == "tokens"
+	group := cmd == "rules" || cmd == "versions" || cmd == "audit" || cmd == "tokens" || cmd == "overrides"
 	if group && len(args) > 1 {
 		cmd += " " + args[1]
 		args = args[1:]
@@ -160,6 +166,10 @@ func init() {
 		"tokens disable": tokensDisable,
 		"inspect":        inspect,
 		"reset":          reset,
+
+		"overrides list":   overridesList,
+		"overrides create": overridesCreate,
+		"overrides end":    overridesEnd,
 	}
 }
 

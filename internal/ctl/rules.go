@@ -47,7 +47,7 @@ func rulesExport(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stderr, "sluice ctl: warning: domain %s starts with a dot, so %s is a hidden file, which diff and apply skip\n", d.Name, path)
 		}
 	}
-	if err := writeState(dir, state{ConsoleURL: e.client.base.String(), Version: snap.Version, At: time.Now().UTC()}); err != nil {
+	if err := writeState(dir, state{ConsoleURL: e.client.base.String(), Version: snap.Version, RulesVersion: snap.RulesVersion, At: time.Now().UTC()}); err != nil {
 		return e.fail(err, nil)
 	}
 	others, err := domainFiles(dir)
@@ -208,15 +208,18 @@ func rulesApply(ctx context.Context, e *env, args []string) error {
 	if len(kept) > 0 {
 		fmt.Fprintf(e.stderr, "sluice ctl: note: %s has no file for %s (kept; --prune removes them)\n", dir, strings.Join(kept, ", "))
 	}
+	// A version apply publishes changes domains' YAML: it is its own
+	// rules version.
 	syncState := func(v int64) error {
-		return writeState(dir, state{ConsoleURL: e.client.base.String(), Version: v, At: time.Now().UTC()})
+		return writeState(dir, state{ConsoleURL: e.client.base.String(), Version: v, RulesVersion: v, At: time.Now().UTC()})
 	}
 	// With nothing to change the directory agrees with the console as it
 	// is now (say, after its change request was approved): no drift to
 	// refuse, and the state file catches up.
 	ch.BaseVersion = snap.Version
 	if len(ch.Domains)+len(ch.Delete) == 0 {
-		if err := syncState(snap.Version); err != nil {
+		err := writeState(dir, state{ConsoleURL: e.client.base.String(), Version: snap.Version, RulesVersion: snap.RulesVersion, At: time.Now().UTC()})
+		if err != nil {
 			return e.fail(err, nil)
 		}
 		return e.publish(ctx, ch, paths, syncState)
@@ -226,7 +229,9 @@ func rulesApply(ctx context.Context, e *env, args []string) error {
 	case !exported:
 		return e.fail(fmt.Errorf("%s has no %s, so it is unknown which version it was made from: export it first (sluice ctl rules export %s), or --force to publish it over version %d",
 			dir, stateFile, dir, snap.Version), nil)
-	case st.Version != snap.Version:
+	case st.RulesVersion != 0 && st.RulesVersion != snap.RulesVersion, st.RulesVersion == 0 && st.Version != snap.Version:
+		// Only the domains' YAML counts: a temporary override made since
+		// (which lives beside the YAML) is no reason to refuse.
 		return e.fail(fmt.Errorf("the console moved: %s was exported at version %d, the console is at version %d; see sluice ctl rules diff %s and export again, or --force to publish over it",
 			dir, st.Version, snap.Version, dir), nil)
 	default:
