@@ -376,7 +376,14 @@ func WithOverrides(file string, src []byte, ovs []Override, notes []string) (out
 	}
 	list := overridesNode(keep)
 	for i, item := range list.Content {
-		item.HeadComment = strings.ToValidUTF8(strings.ReplaceAll(keepNotes[i], "\n", " "), "\uFFFD")
+		// One comment line: control characters (line breaks included) become
+		// spaces.
+		item.HeadComment = strings.Map(func(r rune) rune {
+			if r < ' ' || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 {
+				return ' '
+			}
+			return r
+		}, strings.ToValidUTF8(keepNotes[i], "\uFFFD"))
 	}
 	section := mappingNode()
 	section.add("overrides", list)

@@ -160,18 +160,18 @@ func TestWithOverrides(t *testing.T) {
 // never panics, and what it returns parses, keeps the domain's rules, and
 // holds the override exactly when its entries match a limit.
 func FuzzWithOverrides(f *testing.F) {
-	addFixtures(f, func(src []byte) { f.Add(src, "api_key", "k1") })
-	f.Add([]byte(overridesBase), "api_key", "k1")
-	f.Add([]byte(overridesBase), "plan", "free-*")
-	f.Add([]byte("{domain: a, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]}"), "k", "v")
-	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n...\n"), "k", "v")
-	f.Fuzz(func(t *testing.T, src []byte, key, value string) {
+	addFixtures(f, func(src []byte) { f.Add(src, "api_key", "k1", "note") })
+	f.Add([]byte(overridesBase), "api_key", "k1", "note\nwith a newline")
+	f.Add([]byte(overridesBase), "plan", "free-*", "a\r\u2028b # c")
+	f.Add([]byte("{domain: a, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]}"), "k", "v", "")
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n...\n"), "k", "v", "n")
+	f.Fuzz(func(t *testing.T, src []byte, key, value, note string) {
 		d, err := Parse("a.yaml", src)
 		if err != nil || len(d.Overrides) > 0 {
 			return
 		}
 		o := Override{Entries: []Entry{{Key: key, Value: value}}, Unit: Hour, RequestsPerUnit: 7}
-		out, skipped, err := WithOverrides("a.yaml", src, []Override{o}, []string{"note\nwith a newline"})
+		out, skipped, err := WithOverrides("a.yaml", src, []Override{o}, []string{note})
 		if err != nil {
 			t.Fatalf("WithOverrides: %v", err)
 		}
