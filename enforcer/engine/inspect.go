@@ -27,10 +27,10 @@ import (
 // counters of failure_mode: local (while the store is down) and the
 // counters of a caller's per-descriptor limit override (Envoy's
 // limit_override, Descriptor.Override, which Inspect ignores) are not
-// inspected.
+// inspected: only the engine's store is.
 
 // Counters is what Inspect and Reset need from the counter store besides
-// Take: limiter.Redis satisfies it.
+// Take: limiter.Redis and limiter.Local satisfy it.
 type Counters interface {
 	Peek(ctx context.Context, reqs []limiter.Request) ([]limiter.State, error)
 	Reset(ctx context.Context, keys []string) (int64, error)

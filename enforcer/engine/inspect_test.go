@@ -370,3 +370,33 @@ descriptors:
 		t.Errorf("used after the lease was given back: %d, want 6 (the checks)", got)
 	}
 }
+
+// TestInspectLocalStore: an engine counting in process (limiter.Local)
+// inspects and resets the same way.
+func TestInspectLocalStore(t *testing.T) {
+	t.Parallel()
+	eng := engine.New(limiter.NewLocal(limiter.LocalOptions{}), "")
+	if err := eng.Apply(1, compile(t, inspectYAML)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := req(entry("sharded", "x"), entry("sliding_window_log", "x"))
+	for range 3 {
+		check(t, eng, r)
+	}
+	ins, err := eng.Inspect(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ins.Limits {
+		if l.Used != 3 {
+			t.Errorf("%s: used %d, want 3", l.Limit.Name, l.Used)
+		}
+	}
+	if n, err := eng.Reset(ctx, ins); err != nil || n != 4 {
+		t.Errorf("Reset = %d, %v; want the 3 shards and the log", n, err)
+	}
+	if ins, _ := eng.Inspect(ctx, r); ins.Limits[0].Used != 0 || ins.Limits[1].Used != 0 {
+		t.Errorf("after Reset: %+v", ins.Limits)
+	}
+}

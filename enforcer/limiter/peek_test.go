@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -153,5 +155,105 @@ func TestPeekRefusesInvalid(t *testing.T) {
 	}
 	if _, err := r.Reset(ctx, []string{""}); err == nil {
 		t.Error("Reset of an empty key: no error")
+	}
+}
+
+// TestPeekStoresAgree: after random Takes on both, Peek of Redis and of
+// Local reads the same counters, also after both Reset a limit.
+func TestPeekStoresAgree(t *testing.T) {
+	t.Parallel()
+	stores, prefix := clockStores(t)
+	r, l := stores[0].store.(*Redis), stores[1].store.(*Local)
+	rng := rand.New(rand.NewPCG(7, 8))
+	var limits []Request
+	for _, base := range peekAlgorithms {
+		for k := range 2 {
+			req := base
+			req.Key = fmt.Sprintf("%s.%t.%d", base.Algorithm, base.Calendar, k)
+			req.Limit = 3 + rng.Int64N(8)
+			if base.Algorithm == rules.TokenBucket || base.Algorithm == rules.LeakyBucket {
+				req.Burst = 1 + rng.Int64N(10)
+			}
+			if !base.Calendar {
+				req.Period = time.Duration(1+rng.Int64N(5)) * s
+			}
+			limits = append(limits, req)
+		}
+	}
+	keyed := func(name string, reqs []Request) []Request {
+		out := make([]Request, len(reqs))
+		for i, req := range reqs {
+			req.Key = testKey(prefix, name+req.Key)
+			out[i] = req
+		}
+		return out
+	}
+	at := int64(t0)
+	for step := range 300 {
+		at += rng.Int64N(300_000)
+		req := limits[rng.IntN(len(limits))]
+		req.Hits = []int64{1, 1, 2, 3, 20}[rng.IntN(5)]
+		var got [2][]State
+		for i, cs := range stores {
+			cs.at = at
+			cs.take(t, keyed(cs.name, []Request{req})...)
+			var err error
+			if i == 0 {
+				got[i], err = r.Peek(context.Background(), keyed(cs.name, limits))
+			} else {
+				got[i], err = l.Peek(context.Background(), keyed(cs.name, limits))
+			}
+			if err != nil {
+				t.Fatalf("%s: Peek: %v", cs.name, err)
+			}
+		}
+		for j := range limits {
+			if got[0][j] != got[1][j] {
+				t.Fatalf("step %d, limit %d (%+v):\nredis %+v\nlocal %+v", step, j, limits[j], got[0][j], got[1][j])
+			}
+		}
+		if step%50 == 49 {
+			// Both forget the limit; the next step's peeks compare what
+			// is left. (How many keys each held differs: Redis expires
+			// keys on the real clock, Local on the test's.)
+			k := limits[rng.IntN(len(limits))].Key
+			if _, err := r.Reset(context.Background(), []string{testKey(prefix, "redis"+k)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Reset(context.Background(), []string{testKey(prefix, "local"+k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkPeek measures Peek of one limit with three counted hits, per
+// algorithm, with concurrent callers (the console's inspect is one Peek of
+// the limits of a request):
+//
+//	go test -run '^$' -bench BenchmarkPeek -benchtime 5000x ./enforcer/limiter/
+func BenchmarkPeek(b *testing.B) {
+	r, _, prefix := newTestRedis(b)
+	for _, base := range peekAlgorithms {
+		name := string(base.Algorithm)
+		if base.Calendar {
+			name += "_calendar"
+		}
+		b.Run(name, func(b *testing.B) {
+			req := base
+			req.Key, req.Hits = testKey(prefix, "bench-"+name), 1
+			for range 3 {
+				take(b, r, req)
+			}
+			b.SetParallelism(2)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := r.Peek(context.Background(), []Request{req}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
