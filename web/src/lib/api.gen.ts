@@ -2026,6 +2026,120 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/stats/values": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One descriptor value's 429s per minute
+         * @description For one descriptor value of a domain, how many of its requests each rule limited in each
+         *     minute of [from, to), summed over every enforcer. Points are the minutes in which the
+         *     value was limited, and the minutes in which the figure is only a lower bound (`complete`
+         *     false, `limited` possibly 0): the figure is exact whenever the value was among the 1,000
+         *     most limited of its rule in that minute and no node had to leave some of the rule's
+         *     limited requests without their value (a node tracks at most 4,096 distinct values per rule
+         *     per second, the console 4,096 per rule and minute). A rule's `complete` is false when any
+         *     of its points is. The value is matched exactly as the enforcer named it (a one-entry
+         *     descriptor's value; `key=value` pairs joined by `, ` for several entries). The current
+         *     minute is listed about 2 s after it ends. Rollups of values are kept 48 hours. Viewers
+         *     cannot look up a value of a domain with `mask_values` (400); support staff and up can.
+         */
+        get: {
+            parameters: {
+                query: {
+                    domain: string;
+                    /** @description UTF-8 without NUL */
+                    value: string;
+                    /** @description default 24 hours before to */
+                    from?: string;
+                    /** @description default now; at most 7 days after from */
+                    to?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The value's limited requests per rule and minute. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ValueHistory"];
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/stats/values/recent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Recent descriptor values of a domain, for autocomplete
+         * @description Values of the domain that start with `prefix` (case-sensitive; empty: any) and were
+         *     limited in the last 24 hours or have quota usage in a current period: recently limited
+         *     ones first (latest minute first), then quota users by usage. At most `limit` values
+         *     (default 20, at most 100); the search reads at most 10,000 rows of each source, so a
+         *     short prefix of a busy domain may not list every match (a longer prefix narrows it).
+         *     Viewers cannot search a domain with `mask_values` (400).
+         */
+        get: {
+            parameters: {
+                query: {
+                    domain: string;
+                    /** @description UTF-8 without NUL */
+                    prefix?: string;
+                    limit?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The matching values. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            values: components["schemas"]["RecentValue"][];
+                        };
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/stats/domains": {
         parameters: {
             query?: never;
@@ -2376,6 +2490,317 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/overrides": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Temporary overrides, newest first
+         * @description Every override (of `domain`, when given), active or not. `status`: `active` until it ends,
+         *     `expired` once the console ended it at `expires_at` (a version authored `system`), `ended`
+         *     when someone ended it early. An override asked for while approval is required is listed
+         *     once its change request is approved.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    domain?: string;
+                    status?: "active" | "expired" | "ended";
+                    /** @description The next_cursor of the previous page. */
+                    cursor?: components["parameters"]["cursor"];
+                    /** @description Page size (default 100). */
+                    limit?: components["parameters"]["limit"];
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of overrides. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            overrides: components["schemas"]["Override"][];
+                            next_cursor?: components["schemas"]["Cursor"];
+                        };
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        put?: never;
+        /**
+         * Give one request descriptor another rate until a time
+         * @description Support, editors and admins. Publishes a new version in which requests whose descriptor has
+         *     exactly `entries` get `rate_limit` instead of the limit those entries match now (every other
+         *     setting of that limit stays: name, algorithm, shadow mode, counter). Every node enforces it
+         *     within the push latency; at `expires_at` the console publishes the version without it
+         *     (author `system`, audit `override.expire`). The override is kept apart from the domain's
+         *     YAML: editing the domain keeps it, and `GET /api/v1/domains/{domain}` and `sluice ctl rules
+         *     export` show the YAML without it.
+         *
+         *     When `require_approval` is on, the override becomes a change request (202) that publishes it
+         *     when approved, unless `urgent` is true: then it publishes at once and the audit trail records
+         *     `override.break_glass` with the message. 422 when the entries match no limit of the domain,
+         *     or the expiry is not in the future or is more than 90 days away; 409 when these entries
+         *     already have an active override, or while a rollout is staged.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["OverrideRequest"];
+                };
+            };
+            responses: {
+                /** @description Published. */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** Format: int64 */
+                            id: number;
+                            /** Format: int64 */
+                            version: number;
+                        };
+                    };
+                };
+                202: components["responses"]["Proposed"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+                409: components["responses"]["Conflict"];
+                422: components["responses"]["Invalid"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/overrides/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["id"];
+            };
+            cookie?: never;
+        };
+        /** One override */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The override. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Override"];
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+            };
+        };
+        put?: never;
+        post?: never;
+        /**
+         * End an override early
+         * @description Support, editors and admins. Publishes a version without the override (audit
+         *     `override.end`); its status becomes `ended`. Ending needs no approval even when
+         *     `require_approval` is on: it only returns the customer to the reviewed rules. 409 when the
+         *     override is no longer active, or while a rollout is staged.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ReviewRequest"];
+                };
+            };
+            responses: {
+                200: components["responses"]["Published"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+                409: components["responses"]["Conflict"];
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/inspect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A customer's limits and their live counters
+         * @description For a domain and one or more request descriptors (exactly what an enforcer receives), every
+         *     limit the descriptors match in the current version, in request order (a descriptor that
+         *     matches none adds nothing; a limit another matched limit `replaces` is left out, as an
+         *     enforcer leaves it out), each with its state read from the counter store by the enforcers'
+         *     own limiter code: `used` and `remaining` of its `capacity` (the burst of a token or leaky
+         *     bucket, else requests_per_unit) and `reset_at`, when the limit is back to full if nothing
+         *     else arrives (RFC 3339, from the store's clock). Reading consumes nothing: the store is the
+         *     same before and after, for every algorithm.
+         *
+         *     Accounting: a sharded limit (`shards` > 1) is the sum over its shards; units that
+         *     enforcers leased (`lease: true`) are consumed in the store when granted, so they count as
+         *     used until a node spends them or gives them back (a lease lives at most a second). A
+         *     limit in shadow mode is counted like any other and reported with `shadow_mode: true`. An
+         *     `unlimited` limit and one of 0 requests_per_unit have no counter: used and remaining are 0.
+         *     Temporary overrides are limits of the version like any other. Descriptors are bounded as an
+         *     enforcer's check is (at most 64 descriptors of at most 32 entries): more, a NUL byte or
+         *     invalid UTF-8 is a 400. The console reads the store given by `sluice console --redis-url`;
+         *     without one, 503.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["InspectRequest"];
+                };
+            };
+            responses: {
+                /** @description The matched limits and their counters. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Inspection"];
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+                503: components["responses"]["NoCounterStore"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/inspect/reset": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reset a customer's counters (support, editor, admin)
+         * @description The counters of every limit the descriptors match (as `POST /api/v1/inspect` matches them,
+         *     every shard of a sharded limit) start afresh: their keys are deleted from the store, one
+         *     key at a time (each lives on one Redis Cluster slot). Only these descriptors' counters
+         *     change; another value's never do. Audited as `counter.reset` (target `domain:NAME`, with
+         *     the descriptors, the limits and the message) in the same Postgres transaction that waits
+         *     for the deletes: when the store fails nothing is audited and the answer is 503 (deleting
+         *     again is harmless); the reset answers 200 only once both are done. (The deletes run after
+         *     the audit row is written and before it commits: a reset that fails part way leaves the
+         *     counters it deleted deleted, unaudited, and only ever gives a customer quota back.) A unit
+         *     a node leased before the reset may still be spent after it (for at most the lease's
+         *     lifetime, a second).
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ResetRequest"];
+                };
+            };
+            responses: {
+                /** @description Reset; the limits whose counters were deleted. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ResetResult"];
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+                /** @description The descriptors match no limit with a counter (none, or only unlimited ones); nothing is reset or audited. */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                503: components["responses"]["NoCounterStore"];
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2428,18 +2853,36 @@ export interface components {
             yaml: string;
             /**
              * Format: int64
-             * @description The version that last changed the domain.
+             * @description The version that last changed the domain's YAML.
              */
             version: number;
             /** Format: date-time */
             changed_at: string;
             author: string;
             message: string;
+            /**
+             * @description In snapshots (ruleset, versions): the temporary overrides in effect at this version. `yaml` is
+             *     the domain's own YAML; nodes get it with these appended as its `overrides` section (the
+             *     snapshot's checksum covers that), which is what version diffs compare.
+             */
+            overrides: {
+                /** Format: int64 */
+                id: number;
+                entries: components["schemas"]["OverrideEntry"][];
+                rate_limit: components["schemas"]["OverrideRate"];
+                /** Format: date-time */
+                expires_at: string;
+            }[];
         };
         Snapshot: {
             /** Format: int64 */
             version: number;
             checksum: string;
+            /**
+             * Format: int64
+             * @description The latest version that changed a domain's own YAML; versions that only start or end temporary overrides do not move it (sluice ctl rules apply compares it).
+             */
+            rules_version: number;
             domains: components["schemas"]["DomainRevision"][];
         };
         DomainSummary: {
@@ -2726,9 +3169,9 @@ export interface components {
         /** @description One difference; fields hold each differing setting before and after, as text ("" = not set). */
         Change: {
             /** @enum {string} */
-            kind: "domain_added" | "domain_removed" | "limit_added" | "limit_removed" | "limit_changed" | "request_descriptors_changed";
+            kind: "domain_added" | "domain_removed" | "limit_added" | "limit_removed" | "limit_changed" | "request_descriptors_changed" | "override_added" | "override_removed" | "override_changed";
             domain: string;
-            /** @description The descriptors leading to the limit (left out for a whole domain). */
+            /** @description The descriptors leading to the limit (left out for a whole domain); for an override, its entries. */
             path?: {
                 key: string;
                 /** @description Left out for a key without value. */
@@ -2744,6 +3187,68 @@ export interface components {
                 after: string;
             }[];
         };
+        Override: {
+            /** Format: int64 */
+            id: number;
+            domain: string;
+            entries: components["schemas"]["OverrideEntry"][];
+            rate_limit: components["schemas"]["OverrideRate"];
+            /** Format: date-time */
+            expires_at: string;
+            /** @enum {string} */
+            status: "active" | "expired" | "ended";
+            author: string;
+            message: string;
+            /**
+             * Format: int64
+             * @description The version that published it.
+             */
+            version: number;
+            /** Format: date-time */
+            created_at?: string;
+            /** @description Published without approval although approval was required (break-glass). */
+            urgent?: boolean;
+            /**
+             * Format: int64
+             * @description The change request that approved it, if any.
+             */
+            change_id?: number;
+            /**
+             * Format: int64
+             * @description The version without it
+             */
+            ended_version?: number | null;
+            /** Format: date-time */
+            ended_at?: string | null;
+            /** @description Who ended it: `system` when it expired. */
+            ended_by?: string;
+            end_message?: string;
+        };
+        OverrideEntry: {
+            key: string;
+            value: string;
+        };
+        OverrideRate: {
+            /** @enum {string} */
+            unit: "second" | "minute" | "hour" | "day" | "week" | "month" | "year";
+            /** Format: int64 */
+            requests_per_unit: number;
+        };
+        OverrideRequest: {
+            domain: string;
+            /** @description The request descriptor, exactly as an enforcer receives it; it must match a limit of the domain. */
+            entries: components["schemas"]["OverrideEntry"][];
+            rate_limit: components["schemas"]["OverrideRate"];
+            /**
+             * Format: date-time
+             * @description In the future and at most 90 days away.
+             */
+            expires_at: string;
+            /** @description Required: why ("ticket 42: 8/hour until Friday"). */
+            message: string;
+            /** @description When approval is required: publish at once anyway (break-glass), audited as override.break_glass. */
+            urgent?: boolean;
+        };
         ChangeRequest: {
             /** Format: int64 */
             id: number;
@@ -2751,9 +3256,11 @@ export interface components {
             created_at: string;
             author: string;
             /** @enum {string} */
-            kind: "publish" | "delete" | "domain_rollback" | "rollback" | "ruleset";
+            kind: "publish" | "delete" | "domain_rollback" | "rollback" | "ruleset" | "override";
             domain?: string;
             yaml?: string;
+            /** @description Kind override only; the override approval publishes. */
+            override?: components["schemas"]["OverrideRequest"];
             deleted?: boolean;
             /** @description Kind ruleset only; the domains it sets or removes. */
             edits?: {
@@ -2947,6 +3454,59 @@ export interface components {
             }[];
             spikes: components["schemas"]["Spike"][];
         };
+        ValueHistory: {
+            domain: string;
+            value: string;
+            /**
+             * Format: int64
+             * @description Unix second of the first minute
+             */
+            from: number;
+            /**
+             * Format: int64
+             * @description Unix second the range ends at (exclusive)
+             */
+            to: number;
+            /** @description always 60 */
+            step_s: number;
+            rules: {
+                rule: string;
+                points: {
+                    /**
+                     * Format: int64
+                     * @description Unix second the minute starts at
+                     */
+                    t: number;
+                    /**
+                     * Format: int64
+                     * @description the value's limited requests (a lower bound when complete is false)
+                     */
+                    limited: number;
+                    /** @description false when the figure is only a lower bound */
+                    complete: boolean;
+                }[];
+                /** @description false when any point's figure is only a lower bound */
+                complete: boolean;
+            }[];
+        };
+        RecentValue: {
+            value: string;
+            /**
+             * Format: int64
+             * @description its 429s recorded in the last 24 hours (a lower bound)
+             */
+            limited: number;
+            /**
+             * Format: date-time
+             * @description the start of the latest minute it was limited in
+             */
+            last_limited: string | null;
+            /**
+             * Format: int64
+             * @description its usage summed over the current periods of the domain's quotas
+             */
+            quota_used: number;
+        };
         Spike: {
             /** Format: int64 */
             id: number;
@@ -3116,6 +3676,74 @@ export interface components {
                 rest_limited: number;
             }[];
         };
+        Entry: {
+            key: string;
+            value: string;
+        };
+        RequestDescriptor: {
+            entries: components["schemas"]["Entry"][];
+        };
+        InspectRequest: {
+            domain: string;
+            descriptors: components["schemas"]["RequestDescriptor"][];
+        };
+        InspectedLimit: {
+            /** @description The index of the descriptor in the request. */
+            descriptor: number;
+            /** @description The limit's name, as in stats (rate_limit.name, else its path name). */
+            rule: string;
+            /** @enum {string} */
+            algorithm: "token_bucket" | "leaky_bucket" | "fixed_window" | "sliding_window_log" | "sliding_window_counter";
+            /** Format: int64 */
+            requests_per_unit: number;
+            /**
+             * @description "" when unlimited.
+             * @enum {string}
+             */
+            unit: "second" | "minute" | "hour" | "day" | "week" | "month" | "year";
+            /** Format: int64 */
+            used: number;
+            /** Format: int64 */
+            remaining: number;
+            /**
+             * Format: date-time
+             * @description When the limit is back to full if nothing else arrives.
+             */
+            reset_at: string;
+            /**
+             * Format: int64
+             * @description used + remaining: the burst of a bucket, else requests_per_unit.
+             */
+            capacity?: number;
+            shadow_mode?: boolean;
+            unlimited?: boolean;
+            /** @description The store keys the limit is counted on (summed here). */
+            shards?: number;
+        };
+        Inspection: {
+            /**
+             * Format: int64
+             * @description The ruleset version matched against.
+             */
+            version: number;
+            limits: components["schemas"]["InspectedLimit"][];
+        };
+        ResetRequest: {
+            domain: string;
+            descriptors: components["schemas"]["RequestDescriptor"][];
+            /** @description Why (required). */
+            message: string;
+        };
+        ResetResult: {
+            /** Format: int64 */
+            version: number;
+            limits: {
+                descriptor: number;
+                rule: string;
+            }[];
+            /** @description The store keys deleted (a counter that was never used has none). */
+            keys?: number;
+        };
     };
     responses: {
         /** @description Published; the new version. */
@@ -3238,6 +3866,15 @@ export interface components {
             headers: {
                 /** @description Seconds to wait. */
                 "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The console has no counter store (`--redis-url`), or the store did not answer. */
+        NoCounterStore: {
+            headers: {
                 [name: string]: unknown;
             };
             content: {
