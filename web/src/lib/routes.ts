@@ -16,6 +16,7 @@ export interface Route {
     | 'traffic'
     | 'alerts'
     | 'quotas'
+    | 'customers'
     | 'not-found';
   params: Record<string, string>;
 }
@@ -44,6 +45,7 @@ export function matchRoute(path: string): Route {
     case 'traffic':
     case 'alerts':
     case 'quotas':
+    case 'customers':
       if (parts.length === 1) return r(a);
       break;
   }

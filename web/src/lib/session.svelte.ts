@@ -14,6 +14,8 @@ class Session {
 
   role = $derived(this.me?.role ?? '');
   canEdit = $derived(api.canEdit(this.me?.role));
+  /** Resets and overrides: support staff, editors and admins. */
+  canSupport = $derived(api.canSupport(this.me?.role));
   isAdmin = $derived(this.me?.role === 'admin');
   who = $derived(this.me?.username ?? this.me?.name ?? '');
 }
