@@ -307,9 +307,9 @@ var scenarios = []scenario{
 	{route: "POST /api/v1/overrides", path: "/api/v1/overrides",
 		body: `{"domain":"api","entries":[{"key":"api_key","value":"ov-{cred}"}],"rate_limit":{"unit":"hour","requests_per_unit":8},"expires_at":"` +
 			time.Now().Add(48*time.Hour).UTC().Format(time.RFC3339) + `","message":"ticket 42"}`,
-		auth: "editor", ok: 201},
+		auth: "support", ok: 201},
 	{route: "GET /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-editor}", auth: "viewer", ok: 200},
-	{route: "DELETE /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-{cred}}", body: `{"message":"done"}`, auth: "editor", ok: 200},
+	{route: "DELETE /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-{cred}}", body: `{"message":"done"}`, auth: "support", ok: 200},
 }
 
 // seedScenarios creates what the scenarios act on.
@@ -348,7 +348,7 @@ func (f *fixture) seedScenarios(t *testing.T) {
 	if _, err := f.store.SetUserDisabled(ctx, f.ids["user:carol"], true, sys); err != nil {
 		t.Fatal(err)
 	}
-	for _, who := range []string{"editor", "admin"} {
+	for _, who := range []string{"support", "editor", "admin"} {
 		id, _, err := f.store.CreateOverride(ctx, store.OverrideSpec{Domain: "api", Entries: []rules.Entry{{Key: "api_key", Value: "seed-" + who}},
 			RateLimit: store.OverrideRate{Unit: "hour", RequestsPerUnit: 8}, ExpiresAt: time.Now().Add(time.Hour), Message: "m"}, sys)
 		if err != nil {

@@ -35,6 +35,9 @@ const (
 	ChangeKindLimitAdded                ChangeKind = "limit_added"
 	ChangeKindLimitChanged              ChangeKind = "limit_changed"
 	ChangeKindLimitRemoved              ChangeKind = "limit_removed"
+	ChangeKindOverrideAdded             ChangeKind = "override_added"
+	ChangeKindOverrideChanged           ChangeKind = "override_changed"
+	ChangeKindOverrideRemoved           ChangeKind = "override_removed"
 	ChangeKindRequestDescriptorsChanged ChangeKind = "request_descriptors_changed"
 )
 
@@ -51,6 +54,12 @@ func (e ChangeKind) Valid() bool {
 		return true
 	case ChangeKindLimitRemoved:
 		return true
+	case ChangeKindOverrideAdded:
+		return true
+	case ChangeKindOverrideChanged:
+		return true
+	case ChangeKindOverrideRemoved:
+		return true
 	case ChangeKindRequestDescriptorsChanged:
 		return true
 	default:
@@ -62,6 +71,7 @@ func (e ChangeKind) Valid() bool {
 const (
 	ChangeRequestKindDelete         ChangeRequestKind = "delete"
 	ChangeRequestKindDomainRollback ChangeRequestKind = "domain_rollback"
+	ChangeRequestKindOverride       ChangeRequestKind = "override"
 	ChangeRequestKindPublish        ChangeRequestKind = "publish"
 	ChangeRequestKindRollback       ChangeRequestKind = "rollback"
 	ChangeRequestKindRuleset        ChangeRequestKind = "ruleset"
@@ -73,6 +83,8 @@ func (e ChangeRequestKind) Valid() bool {
 	case ChangeRequestKindDelete:
 		return true
 	case ChangeRequestKindDomainRollback:
+		return true
+	case ChangeRequestKindOverride:
 		return true
 	case ChangeRequestKindPublish:
 		return true
@@ -110,6 +122,7 @@ func (e ChangeRequestStatus) Valid() bool {
 const (
 	ChangeViewKindDelete         ChangeViewKind = "delete"
 	ChangeViewKindDomainRollback ChangeViewKind = "domain_rollback"
+	ChangeViewKindOverride       ChangeViewKind = "override"
 	ChangeViewKindPublish        ChangeViewKind = "publish"
 	ChangeViewKindRollback       ChangeViewKind = "rollback"
 	ChangeViewKindRuleset        ChangeViewKind = "ruleset"
@@ -121,6 +134,8 @@ func (e ChangeViewKind) Valid() bool {
 	case ChangeViewKindDelete:
 		return true
 	case ChangeViewKindDomainRollback:
+		return true
+	case ChangeViewKindOverride:
 		return true
 	case ChangeViewKindPublish:
 		return true
@@ -277,6 +292,66 @@ func (e DomainDiffChange) Valid() bool {
 	}
 }
 
+// Defines values for InspectedLimitAlgorithm.
+const (
+	InspectedLimitAlgorithmFixedWindow          InspectedLimitAlgorithm = "fixed_window"
+	InspectedLimitAlgorithmLeakyBucket          InspectedLimitAlgorithm = "leaky_bucket"
+	InspectedLimitAlgorithmSlidingWindowCounter InspectedLimitAlgorithm = "sliding_window_counter"
+	InspectedLimitAlgorithmSlidingWindowLog     InspectedLimitAlgorithm = "sliding_window_log"
+	InspectedLimitAlgorithmTokenBucket          InspectedLimitAlgorithm = "token_bucket"
+)
+
+// Valid indicates whether the value is a known member of the InspectedLimitAlgorithm enum.
+func (e InspectedLimitAlgorithm) Valid() bool {
+	switch e {
+	case InspectedLimitAlgorithmFixedWindow:
+		return true
+	case InspectedLimitAlgorithmLeakyBucket:
+		return true
+	case InspectedLimitAlgorithmSlidingWindowCounter:
+		return true
+	case InspectedLimitAlgorithmSlidingWindowLog:
+		return true
+	case InspectedLimitAlgorithmTokenBucket:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InspectedLimitUnit.
+const (
+	InspectedLimitUnitDay    InspectedLimitUnit = "day"
+	InspectedLimitUnitHour   InspectedLimitUnit = "hour"
+	InspectedLimitUnitMinute InspectedLimitUnit = "minute"
+	InspectedLimitUnitMonth  InspectedLimitUnit = "month"
+	InspectedLimitUnitSecond InspectedLimitUnit = "second"
+	InspectedLimitUnitWeek   InspectedLimitUnit = "week"
+	InspectedLimitUnitYear   InspectedLimitUnit = "year"
+)
+
+// Valid indicates whether the value is a known member of the InspectedLimitUnit enum.
+func (e InspectedLimitUnit) Valid() bool {
+	switch e {
+	case InspectedLimitUnitDay:
+		return true
+	case InspectedLimitUnitHour:
+		return true
+	case InspectedLimitUnitMinute:
+		return true
+	case InspectedLimitUnitMonth:
+		return true
+	case InspectedLimitUnitSecond:
+		return true
+	case InspectedLimitUnitWeek:
+		return true
+	case InspectedLimitUnitYear:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for MeRole.
 const (
 	MeRoleAdmin   MeRole = "admin"
@@ -313,6 +388,60 @@ func (e OnLimitAction) Valid() bool {
 	case Delay:
 		return true
 	case Reject:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OverrideStatus.
+const (
+	OverrideStatusActive  OverrideStatus = "active"
+	OverrideStatusEnded   OverrideStatus = "ended"
+	OverrideStatusExpired OverrideStatus = "expired"
+)
+
+// Valid indicates whether the value is a known member of the OverrideStatus enum.
+func (e OverrideStatus) Valid() bool {
+	switch e {
+	case OverrideStatusActive:
+		return true
+	case OverrideStatusEnded:
+		return true
+	case OverrideStatusExpired:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OverrideRateUnit.
+const (
+	OverrideRateUnitDay    OverrideRateUnit = "day"
+	OverrideRateUnitHour   OverrideRateUnit = "hour"
+	OverrideRateUnitMinute OverrideRateUnit = "minute"
+	OverrideRateUnitMonth  OverrideRateUnit = "month"
+	OverrideRateUnitSecond OverrideRateUnit = "second"
+	OverrideRateUnitWeek   OverrideRateUnit = "week"
+	OverrideRateUnitYear   OverrideRateUnit = "year"
+)
+
+// Valid indicates whether the value is a known member of the OverrideRateUnit enum.
+func (e OverrideRateUnit) Valid() bool {
+	switch e {
+	case OverrideRateUnitDay:
+		return true
+	case OverrideRateUnitHour:
+		return true
+	case OverrideRateUnitMinute:
+		return true
+	case OverrideRateUnitMonth:
+		return true
+	case OverrideRateUnitSecond:
+		return true
+	case OverrideRateUnitWeek:
+		return true
+	case OverrideRateUnitYear:
 		return true
 	default:
 		return false
@@ -676,6 +805,42 @@ func (e GetAPIV1NodesParamsStatus) Valid() bool {
 	}
 }
 
+// Defines values for GetAPIV1OverridesParamsStatus.
+const (
+	GetAPIV1OverridesParamsStatusActive  GetAPIV1OverridesParamsStatus = "active"
+	GetAPIV1OverridesParamsStatusEnded   GetAPIV1OverridesParamsStatus = "ended"
+	GetAPIV1OverridesParamsStatusExpired GetAPIV1OverridesParamsStatus = "expired"
+)
+
+// Valid indicates whether the value is a known member of the GetAPIV1OverridesParamsStatus enum.
+func (e GetAPIV1OverridesParamsStatus) Valid() bool {
+	switch e {
+	case GetAPIV1OverridesParamsStatusActive:
+		return true
+	case GetAPIV1OverridesParamsStatusEnded:
+		return true
+	case GetAPIV1OverridesParamsStatusExpired:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeleteAPIV1OverridesID200JSONResponseBodyRolloutState.
+const (
+	DeleteAPIV1OverridesID200JSONResponseBodyRolloutStateStaged DeleteAPIV1OverridesID200JSONResponseBodyRolloutState = "staged"
+)
+
+// Valid indicates whether the value is a known member of the DeleteAPIV1OverridesID200JSONResponseBodyRolloutState enum.
+func (e DeleteAPIV1OverridesID200JSONResponseBodyRolloutState) Valid() bool {
+	switch e {
+	case DeleteAPIV1OverridesID200JSONResponseBodyRolloutStateStaged:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetAPIV1QuotasParamsFormat.
 const (
 	GetAPIV1QuotasParamsFormatCsv GetAPIV1QuotasParamsFormat = "csv"
@@ -822,7 +987,7 @@ type Change struct {
 	// Name The limit's name (left out for a whole domain).
 	Name *string `json:"name,omitempty"`
 
-	// Path The descriptors leading to the limit (left out for a whole domain).
+	// Path The descriptors leading to the limit (left out for a whole domain); for an override, its entries.
 	Path *[]struct {
 		Key string `json:"key"`
 
@@ -857,9 +1022,12 @@ type ChangeRequest struct {
 		Domain  string  `json:"domain"`
 		YAML    *string `json:"yaml,omitempty"`
 	} `json:"edits,omitempty"`
-	ID            int64               `json:"id"`
-	Kind          ChangeRequestKind   `json:"kind"`
-	Message       string              `json:"message"`
+	ID      int64             `json:"id"`
+	Kind    ChangeRequestKind `json:"kind"`
+	Message string            `json:"message"`
+
+	// Override Kind override only; the override approval publishes.
+	Override      *OverrideRequest    `json:"override,omitempty"`
 	ReviewMessage *string             `json:"review_message,omitempty"`
 	ReviewedAt    *time.Time          `json:"reviewed_at,omitempty"`
 	Reviewer      *string             `json:"reviewer,omitempty"`
@@ -892,9 +1060,12 @@ type ChangeView struct {
 		Domain  string  `json:"domain"`
 		YAML    *string `json:"yaml,omitempty"`
 	} `json:"edits,omitempty"`
-	ID            int64            `json:"id"`
-	Kind          ChangeViewKind   `json:"kind"`
-	Message       string           `json:"message"`
+	ID      int64          `json:"id"`
+	Kind    ChangeViewKind `json:"kind"`
+	Message string         `json:"message"`
+
+	// Override Kind override only; the override approval publishes.
+	Override      *OverrideRequest `json:"override,omitempty"`
 	ReviewMessage *string          `json:"review_message,omitempty"`
 	ReviewedAt    *time.Time       `json:"reviewed_at,omitempty"`
 	Reviewer      *string          `json:"reviewer,omitempty"`
@@ -1006,10 +1177,20 @@ type DomainDetail struct {
 	Message        string        `json:"message"`
 	Name           string        `json:"name"`
 
+	// Overrides In snapshots (ruleset, versions): the temporary overrides in effect at this version. `yaml` is
+	// the domain's own YAML; nodes get it with these appended as its `overrides` section (the
+	// snapshot's checksum covers that), which is what version diffs compare.
+	Overrides *[]struct {
+		Entries   []OverrideEntry `json:"entries"`
+		ExpiresAt time.Time       `json:"expires_at"`
+		ID        int64           `json:"id"`
+		RateLimit OverrideRate    `json:"rate_limit"`
+	} `json:"overrides,omitempty"`
+
 	// Problems Set (and config null) only if the stored YAML no longer parses.
 	Problems *[]Problem `json:"problems,omitempty"`
 
-	// Version The version that last changed the domain.
+	// Version The version that last changed the domain's YAML.
 	Version int64  `json:"version"`
 	YAML    string `json:"yaml"`
 }
@@ -1044,7 +1225,17 @@ type DomainRevision struct {
 	Message   string    `json:"message"`
 	Name      string    `json:"name"`
 
-	// Version The version that last changed the domain.
+	// Overrides In snapshots (ruleset, versions): the temporary overrides in effect at this version. `yaml` is
+	// the domain's own YAML; nodes get it with these appended as its `overrides` section (the
+	// snapshot's checksum covers that), which is what version diffs compare.
+	Overrides *[]struct {
+		Entries   []OverrideEntry `json:"entries"`
+		ExpiresAt time.Time       `json:"expires_at"`
+		ID        int64           `json:"id"`
+		RateLimit OverrideRate    `json:"rate_limit"`
+	} `json:"overrides,omitempty"`
+
+	// Version The version that last changed the domain's YAML.
 	Version int64  `json:"version"`
 	YAML    string `json:"yaml"`
 }
@@ -1080,6 +1271,12 @@ type DomainSummary struct {
 	Version int64  `json:"version"`
 }
 
+// Entry defines model for Entry.
+type Entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
 // Error defines model for Error.
 type Error struct {
 	Error struct {
@@ -1087,6 +1284,54 @@ type Error struct {
 		Details interface{} `json:"details,omitempty"`
 		Message string      `json:"message"`
 	} `json:"error"`
+}
+
+// InspectRequest defines model for InspectRequest.
+type InspectRequest struct {
+	Descriptors []RequestDescriptor `json:"descriptors"`
+	Domain      string              `json:"domain"`
+}
+
+// InspectedLimit defines model for InspectedLimit.
+type InspectedLimit struct {
+	Algorithm InspectedLimitAlgorithm `json:"algorithm"`
+
+	// Capacity used + remaining: the burst of a bucket, else requests_per_unit.
+	Capacity *int64 `json:"capacity,omitempty"`
+
+	// Descriptor The index of the descriptor in the request.
+	Descriptor      int   `json:"descriptor"`
+	Remaining       int64 `json:"remaining"`
+	RequestsPerUnit int64 `json:"requests_per_unit"`
+
+	// ResetAt When the limit is back to full if nothing else arrives.
+	ResetAt time.Time `json:"reset_at"`
+
+	// Rule The limit's name, as in stats (rate_limit.name, else its path name).
+	Rule       string `json:"rule"`
+	ShadowMode *bool  `json:"shadow_mode,omitempty"`
+
+	// Shards The store keys the limit is counted on (summed here).
+	Shards *int `json:"shards,omitempty"`
+
+	// Unit "" when unlimited.
+	Unit      InspectedLimitUnit `json:"unit"`
+	Unlimited *bool              `json:"unlimited,omitempty"`
+	Used      int64              `json:"used"`
+}
+
+// InspectedLimitAlgorithm defines model for InspectedLimit.Algorithm.
+type InspectedLimitAlgorithm string
+
+// InspectedLimitUnit "" when unlimited.
+type InspectedLimitUnit string
+
+// Inspection defines model for Inspection.
+type Inspection struct {
+	Limits []InspectedLimit `json:"limits"`
+
+	// Version The ruleset version matched against.
+	Version int64 `json:"version"`
 }
 
 // Labels Label keys are 1-63 of letters, digits, "_.-/" starting with a letter or digit; values 1-63 of letters, digits, "_.-".
@@ -1190,6 +1435,72 @@ type OnLimit struct {
 
 // OnLimitAction defines model for OnLimit.Action.
 type OnLimitAction string
+
+// Override defines model for Override.
+type Override struct {
+	Author string `json:"author"`
+
+	// ChangeID The change request that approved it, if any.
+	ChangeID   *int64     `json:"change_id,omitempty"`
+	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	Domain     string     `json:"domain"`
+	EndMessage *string    `json:"end_message,omitempty"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+
+	// EndedBy Who ended it: `system` when it expired.
+	EndedBy *string `json:"ended_by,omitempty"`
+
+	// EndedVersion The version without it, once it expired or ended.
+	EndedVersion *int64          `json:"ended_version,omitempty"`
+	Entries      []OverrideEntry `json:"entries"`
+	ExpiresAt    time.Time       `json:"expires_at"`
+	ID           int64           `json:"id"`
+	Message      string          `json:"message"`
+	RateLimit    OverrideRate    `json:"rate_limit"`
+	Status       OverrideStatus  `json:"status"`
+
+	// Urgent Published without approval although approval was required (break-glass).
+	Urgent *bool `json:"urgent,omitempty"`
+
+	// Version The version that published it.
+	Version int64 `json:"version"`
+}
+
+// OverrideStatus defines model for Override.Status.
+type OverrideStatus string
+
+// OverrideEntry defines model for OverrideEntry.
+type OverrideEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// OverrideRate defines model for OverrideRate.
+type OverrideRate struct {
+	RequestsPerUnit int64            `json:"requests_per_unit"`
+	Unit            OverrideRateUnit `json:"unit"`
+}
+
+// OverrideRateUnit defines model for OverrideRate.Unit.
+type OverrideRateUnit string
+
+// OverrideRequest defines model for OverrideRequest.
+type OverrideRequest struct {
+	Domain string `json:"domain"`
+
+	// Entries The request descriptor, exactly as an enforcer receives it; it must match a limit of the domain.
+	Entries []OverrideEntry `json:"entries"`
+
+	// ExpiresAt In the future and at most 90 days away.
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Message Required: why ("ticket 42: 8/hour until Friday").
+	Message   string       `json:"message"`
+	RateLimit OverrideRate `json:"rate_limit"`
+
+	// Urgent When approval is required: publish at once anyway (break-glass), audited as override.break_glass.
+	Urgent *bool `json:"urgent,omitempty"`
+}
 
 // PasswordChangeRequest defines model for PasswordChangeRequest.
 type PasswordChangeRequest struct {
@@ -1318,6 +1629,44 @@ type RateLimit struct {
 // RateLimitUnit defines model for RateLimit.Unit.
 type RateLimitUnit string
 
+// RecentValue defines model for RecentValue.
+type RecentValue struct {
+	// LastLimited the start of the latest minute it was limited in
+	LastLimited *time.Time `json:"last_limited"`
+
+	// Limited its 429s recorded in the last 24 hours (a lower bound)
+	Limited int64 `json:"limited"`
+
+	// QuotaUsed its usage summed over the current periods of the domain's quotas
+	QuotaUsed int64  `json:"quota_used"`
+	Value     string `json:"value"`
+}
+
+// RequestDescriptor defines model for RequestDescriptor.
+type RequestDescriptor struct {
+	Entries []Entry `json:"entries"`
+}
+
+// ResetRequest defines model for ResetRequest.
+type ResetRequest struct {
+	Descriptors []RequestDescriptor `json:"descriptors"`
+	Domain      string              `json:"domain"`
+
+	// Message Why (required).
+	Message string `json:"message"`
+}
+
+// ResetResult defines model for ResetResult.
+type ResetResult struct {
+	// Keys The store keys deleted (a counter that was never used has none).
+	Keys   *int `json:"keys,omitempty"`
+	Limits []struct {
+		Descriptor int    `json:"descriptor"`
+		Rule       string `json:"rule"`
+	} `json:"limits"`
+	Version int64 `json:"version"`
+}
+
 // ReviewRequest defines model for ReviewRequest.
 type ReviewRequest struct {
 	// Message Optional for approval, required for rejection.
@@ -1425,7 +1774,10 @@ type SettingsRequest struct {
 type Snapshot struct {
 	Checksum string           `json:"checksum"`
 	Domains  []DomainRevision `json:"domains"`
-	Version  int64            `json:"version"`
+
+	// RulesVersion The latest version that changed a domain's own YAML; versions that only start or end temporary overrides do not move it (sluice ctl rules apply compares it).
+	RulesVersion int64 `json:"rules_version"`
+	Version      int64 `json:"version"`
 }
 
 // Spike defines model for Spike.
@@ -1553,6 +1905,36 @@ type UserCreateRequest struct {
 // UserCreateRequestRole defines model for UserCreateRequest.Role.
 type UserCreateRequestRole string
 
+// ValueHistory defines model for ValueHistory.
+type ValueHistory struct {
+	Domain string `json:"domain"`
+
+	// From Unix second of the first minute
+	From  int64 `json:"from"`
+	Rules []struct {
+		// Complete false when any point's figure is only a lower bound
+		Complete bool `json:"complete"`
+		Points   []struct {
+			// Complete false when the figure is only a lower bound
+			Complete bool `json:"complete"`
+
+			// Limited the value's limited requests (a lower bound when complete is false)
+			Limited int64 `json:"limited"`
+
+			// T Unix second the minute starts at
+			T int64 `json:"t"`
+		} `json:"points"`
+		Rule string `json:"rule"`
+	} `json:"rules"`
+
+	// StepS always 60
+	StepS int `json:"step_s"`
+
+	// To Unix second the range ends at (exclusive)
+	To    int64  `json:"to"`
+	Value string `json:"value"`
+}
+
 // Version defines model for Version.
 type Version struct {
 	// AppliedBy Connected nodes running this version (null if it could not be counted).
@@ -1624,6 +2006,9 @@ type Forbidden = Error
 
 // Invalid defines model for Invalid.
 type Invalid = Error
+
+// NoCounterStore defines model for NoCounterStore.
+type NoCounterStore = Error
 
 // NotFound defines model for NotFound.
 type NotFound = Error
@@ -1738,6 +2123,24 @@ type GetAPIV1NodesParams struct {
 // GetAPIV1NodesParamsStatus defines parameters for GetAPIV1Nodes.
 type GetAPIV1NodesParamsStatus string
 
+// GetAPIV1OverridesParams defines parameters for GetAPIV1Overrides.
+type GetAPIV1OverridesParams struct {
+	Domain *string                        `form:"domain,omitempty" json:"domain,omitempty"`
+	Status *GetAPIV1OverridesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Cursor The next_cursor of the previous page.
+	Cursor *CursorParameter `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Limit Page size (default 100).
+	Limit *LimitParameter `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// GetAPIV1OverridesParamsStatus defines parameters for GetAPIV1Overrides.
+type GetAPIV1OverridesParamsStatus string
+
+// DeleteAPIV1OverridesID200JSONResponseBodyRolloutState defines parameters for DeleteAPIV1OverridesID.
+type DeleteAPIV1OverridesID200JSONResponseBodyRolloutState string
+
 // GetAPIV1QuotasParams defines parameters for GetAPIV1Quotas.
 type GetAPIV1QuotasParams struct {
 	Domain *string `form:"domain,omitempty" json:"domain,omitempty"`
@@ -1804,6 +2207,29 @@ type GetAPIV1StatsTotalsParams struct {
 	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
 }
 
+// GetAPIV1StatsValuesParams defines parameters for GetAPIV1StatsValues.
+type GetAPIV1StatsValuesParams struct {
+	Domain string `form:"domain" json:"domain"`
+
+	// Value UTF-8 without NUL
+	Value string `form:"value" json:"value"`
+
+	// From default 24 hours before to
+	From *time.Time `form:"from,omitempty" json:"from,omitempty"`
+
+	// To default now; at most 7 days after from
+	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
+}
+
+// GetAPIV1StatsValuesRecentParams defines parameters for GetAPIV1StatsValuesRecent.
+type GetAPIV1StatsValuesRecentParams struct {
+	Domain string `form:"domain" json:"domain"`
+
+	// Prefix UTF-8 without NUL
+	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
+	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // GetAPIV1VersionsParams defines parameters for GetAPIV1Versions.
 type GetAPIV1VersionsParams struct {
 	// Domain Versions that changed this domain.
@@ -1852,8 +2278,20 @@ type PutAPIV1DomainsDomainJSONRequestBody = PublishRequest
 // PostAPIV1DomainsDomainRollbackJSONRequestBody defines body for PostAPIV1DomainsDomainRollback for application/json ContentType.
 type PostAPIV1DomainsDomainRollbackJSONRequestBody = DomainRollbackRequest
 
+// PostAPIV1InspectJSONRequestBody defines body for PostAPIV1Inspect for application/json ContentType.
+type PostAPIV1InspectJSONRequestBody = InspectRequest
+
+// PostAPIV1InspectResetJSONRequestBody defines body for PostAPIV1InspectReset for application/json ContentType.
+type PostAPIV1InspectResetJSONRequestBody = ResetRequest
+
 // PutAPIV1MePasswordJSONRequestBody defines body for PutAPIV1MePassword for application/json ContentType.
 type PutAPIV1MePasswordJSONRequestBody = PasswordChangeRequest
+
+// PostAPIV1OverridesJSONRequestBody defines body for PostAPIV1Overrides for application/json ContentType.
+type PostAPIV1OverridesJSONRequestBody = OverrideRequest
+
+// DeleteAPIV1OverridesIDJSONRequestBody defines body for DeleteAPIV1OverridesID for application/json ContentType.
+type DeleteAPIV1OverridesIDJSONRequestBody = ReviewRequest
 
 // PostAPIV1PreviewJSONRequestBody defines body for PostAPIV1Preview for application/json ContentType.
 type PostAPIV1PreviewJSONRequestBody = PreviewRequest

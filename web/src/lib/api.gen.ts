@@ -2865,7 +2865,7 @@ export interface components {
              *     the domain's own YAML; nodes get it with these appended as its `overrides` section (the
              *     snapshot's checksum covers that), which is what version diffs compare.
              */
-            overrides: {
+            overrides?: {
                 /** Format: int64 */
                 id: number;
                 entries: components["schemas"]["OverrideEntry"][];
@@ -3215,7 +3215,7 @@ export interface components {
             change_id?: number;
             /**
              * Format: int64
-             * @description The version without it
+             * @description The version without it, once it expired or ended.
              */
             ended_version?: number | null;
             /** Format: date-time */
