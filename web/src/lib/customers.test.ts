@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { DomainConfig, Override, ValueHistory } from './api';
+import { canSupport, type DomainConfig, type Override, type ValueHistory } from './api';
 import {
   candidates,
   customersHref,
@@ -198,5 +198,11 @@ describe('links', () => {
   it('carries the domain, rule and value', () => {
     expect(customersHref('api', 'k 1&x', 'per-key')).toBe('/customers?domain=api&rule=per-key&value=k+1%26x');
     expect(customersHref('api', 'k1')).toBe('/customers?domain=api&value=k1');
+  });
+});
+
+describe('roles', () => {
+  it('lets support staff, editors and admins reset and grant overrides, not viewers', () => {
+    expect(['viewer', 'support', 'editor', 'admin', 'node', undefined].map((r) => canSupport(r))).toEqual([false, true, true, true, false, false]);
   });
 });
