@@ -87,6 +87,7 @@ async function grant(rate: number, message: string, expiry: () => Promise<void>)
   await dialog.getByLabel('per', { exact: true }).selectOption('hour');
   await dialog.getByLabel('Why (kept in the audit trail)').fill(message);
   await expiry();
+  if (rate === 100) await page.screenshot({ path: join(shots, '41-customer-grant-dialog.png') });
   await expect(dialog.getByTestId('preview-after').innerText()).resolves.toBe(`${rate} / hour`);
   await expect(dialog.getByTestId('override-preview').innerText()).resolves.toContain('5 / hour');
   await dialog.getByRole('button', { name: 'Grant override' }).click();
@@ -184,7 +185,7 @@ describe('the Customers page', () => {
     const r = await check(enforcer.addr, domain, [{ key: 'api_key', value: key }]);
     expect(r.status).toBe(200);
     expect(r.limit).toBe(100);
-    await page.screenshot({ path: join(shots, '41-customer-override.png'), fullPage: true });
+    await page.screenshot({ path: join(shots, '42-customer-override.png'), fullPage: true });
   });
 
   it('ends the override early, and sees a second one expire by itself', async () => {
@@ -212,7 +213,7 @@ describe('the Customers page', () => {
       10_000,
       'the enforcer limiting at 5 again',
     );
-    await page.screenshot({ path: join(shots, '42-customer-expired.png'), fullPage: true });
+    await page.screenshot({ path: join(shots, '43-customer-expired.png'), fullPage: true });
   });
 
   it('resets the counters of the customer after asking why', async () => {
