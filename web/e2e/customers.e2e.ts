@@ -36,6 +36,10 @@ descriptors:
   - key: api_key
     algorithm: sliding_window_log
     rate_limit: {unit: hour, requests_per_unit: 5, name: per-key}
+  - key: account
+    algorithm: fixed_window
+    calendar: true
+    rate_limit: {unit: month, requests_per_unit: 1000, name: monthly}
 `;
 
 let db: TestDatabase;
@@ -60,8 +64,8 @@ async function onVersion(v: number): Promise<void> {
 }
 
 // limit is the Customers page's card of the per-key limit, with what it shows.
-async function limit(): Promise<{ used: number; remaining: number; limit: number; text: string }> {
-  const li = page.locator('[data-testid=limit][data-rule="per-key"]');
+async function limit(rule = 'per-key'): Promise<{ used: number; remaining: number; limit: number; text: string }> {
+  const li = page.locator(`[data-testid=limit][data-rule="${rule}"]`);
   await li.waitFor({ timeout: 5_000 });
   const d = await li.evaluate((el) => ({ ...(el as HTMLElement).dataset }));
   return { used: Number(d.used), remaining: Number(d.remaining), limit: Number(d.limit), text: await li.innerText() };
@@ -138,6 +142,7 @@ describe('the Customers page', () => {
     let limited = 0;
     for (let i = 0; i < 8; i++) if ((await check(enforcer.addr, domain, [{ key: 'api_key', value: key }])).status === 429) limited++;
     expect(limited).toBe(3);
+    for (let i = 0; i < 2; i++) expect((await check(enforcer.addr, domain, [{ key: 'account', value: key }])).status).toBe(200);
 
     await page.getByRole('link', { name: 'Live traffic', exact: true }).click();
     await page.getByLabel('Domain', { exact: true }).selectOption(domain);
@@ -257,6 +262,23 @@ describe('the Customers page', () => {
     await page.locator('[data-testid=override][data-status=expired]').waitFor();
     for (const name of ['Reset counters…', 'Grant override…', 'End override…']) expect(await page.getByRole('button', { name }).count()).toBe(0);
     await page.getByText('Support staff, editors and admins can also reset its counters').waitFor();
+
+    // From the Quotas page's value to the same customer, its quota picked.
+    await eventually(
+      async () => {
+        await page.goto(`${base}/quotas?domain=${domain}`);
+        await page.getByTestId('quotas').getByRole('link', { name: `Look up the customer ${key}` }).click({ timeout: 1_000 });
+      },
+      20_000,
+      'the quota usage reported and linked',
+    );
+    await page.getByRole('heading', { level: 1, name: 'Customers' }).waitFor();
+    expect(new URL(page.url()).searchParams.get('rule')).toBe('monthly');
+    await expect(page.getByRole('checkbox', { name: `account=${key}` }).isChecked()).resolves.toBe(true);
+    await expect(page.getByRole('checkbox', { name: `api_key=${key}` }).isChecked()).resolves.toBe(false);
+    await page.getByRole('meter', { name: 'monthly quota used' }).waitFor();
+    await expect(page.getByRole('meter', { name: 'monthly quota used' }).getAttribute('aria-valuetext')).resolves.toBe('2 of 1,000 (<1 %)');
+    expect((await limit('monthly')).used).toBe(2);
   });
 
   it('logged no CSP violation and no uncaught error', () => {
