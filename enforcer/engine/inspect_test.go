@@ -257,6 +257,24 @@ func TestInspectEdges(t *testing.T) {
 	if _, err := engine.New(nil, "").Inspect(ctx, req(entry("a", "b"))); !errors.Is(err, engine.ErrNoRuleset) {
 		t.Errorf("no ruleset: %v", err)
 	}
+	// Lyft's replaces: the replaced limit is left out, as Check leaves it out.
+	repl := engine.New(nil, "")
+	if err := repl.Apply(2, compile(t, `domain: api
+descriptors:
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 1, name: default-route}
+  - key: vip
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+      name: vip
+      replaces: [{name: default-route}]
+`)); err != nil {
+		t.Fatal(err)
+	}
+	if ins, err := repl.Limits(req(entry("route", "/a"), entry("vip", "v1"))); err != nil || len(ins.Limits) != 1 || ins.Limits[0].Limit.Name != "vip" || ins.Limits[0].Descriptor != 1 {
+		t.Errorf("Limits with a replacing limit = %+v, %v; want vip alone", ins.Limits, err)
+	}
 	noStore := engine.New(nil, "")
 	if err := noStore.Apply(1, compile(t, inspectYAML)); err != nil {
 		t.Fatal(err)
