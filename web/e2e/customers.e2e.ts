@@ -178,7 +178,7 @@ describe('the Customers page', () => {
     });
     expect(Math.abs(picked - (Date.now() + 120_000))).toBeLessThan(10_000);
     await limitIs(100, 'inspect showing the override');
-    await expect(page.locator('[data-testid=limit][data-rule="per-key"]').getByTestId('overridden').isVisible()).resolves.toBe(true);
+    await page.locator('[data-testid=limit][data-rule="per-key"]').getByTestId('overridden').waitFor({ timeout: 5_000 });
     const active = page.locator('[data-testid=override][data-status=active]');
     await active.waitFor();
     await expect(active.innerText()).resolves.toMatch(/100 \/ hour[\s\S]*ticket 42/);
