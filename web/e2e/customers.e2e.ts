@@ -255,7 +255,7 @@ describe('the Customers page', () => {
   });
 
   it('shows a viewer the same customer without Reset and Grant override', async () => {
-    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click();
     await page.getByLabel('Username').fill('vic');
     await page.getByLabel('Password').fill(viewerPassword);
     await page.getByRole('button', { name: 'Sign in' }).click();
