@@ -12,8 +12,6 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 	"gorm.io/gorm"
-
-	"github.com/sluicehq/sluice/rules"
 )
 
 // Roles.
@@ -138,14 +136,14 @@ func (s *Store) FindSession(ctx context.Context, secret string) (Session, error)
 	}
 	now := time.Now().UTC()
 	if now.After(row.ExpiresAt) || now.Sub(row.LastSeen) > SessionIdle {
-		return Session{}, fmt.Errorf("session expired: %w", rules.ErrNotFound)
+		return Session{}, fmt.Errorf("session expired: %w", ErrNotFound)
 	}
 	var u userRow
 	if err := s.db.WithContext(ctx).Where("id = ?", row.UserID).Take(&u).Error; err != nil {
 		return Session{}, notFound(err, "session user")
 	}
 	if u.Disabled {
-		return Session{}, fmt.Errorf("user disabled: %w", rules.ErrNotFound)
+		return Session{}, fmt.Errorf("user disabled: %w", ErrNotFound)
 	}
 	if now.Sub(row.LastSeen) > time.Minute { // avoid a write per request
 		s.db.WithContext(ctx).Model(&sessionRow{}).Where("id_hash = ?", row.IDHash).Update("last_seen", now)

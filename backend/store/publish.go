@@ -134,7 +134,7 @@ func resolve(tx *gorm.DB, c Change, head int64) (plan, error) {
 		}
 	case KindDomainRollback, KindRollback:
 		if c.RollbackTo <= 0 || c.RollbackTo > head {
-			return plan{}, fmt.Errorf("version %d: %w", c.RollbackTo, rules.ErrNotFound)
+			return plan{}, fmt.Errorf("version %d: %w", c.RollbackTo, ErrNotFound)
 		}
 		to := c.RollbackTo
 		p.rollbackOf = &to
@@ -203,9 +203,9 @@ func check(tx *gorm.DB, p plan, head int64) error {
 	}
 	if p.deleted && (last == nil || last.Deleted) {
 		if p.kind == KindDomainRollback {
-			return fmt.Errorf("domain %q exists neither in version %d nor now: %w", p.domain, *p.rollbackOf, rules.ErrNotFound)
+			return fmt.Errorf("domain %q exists neither in version %d nor now: %w", p.domain, *p.rollbackOf, ErrNotFound)
 		}
-		return fmt.Errorf("domain %q: %w", p.domain, rules.ErrNotFound)
+		return fmt.Errorf("domain %q: %w", p.domain, ErrNotFound)
 	}
 	return nil
 }

@@ -8,8 +8,6 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
-
-	"github.com/sluicehq/sluice/rules"
 )
 
 // Token is an API token's public description; the secret is never stored.
@@ -93,7 +91,7 @@ func (s *Store) FindToken(ctx context.Context, secret string) (Token, error) {
 		return Token{}, notFound(err, "token")
 	}
 	if t := row.token(); t.Disabled || t.Expired(time.Now()) {
-		return Token{}, fmt.Errorf("token disabled or expired: %w", rules.ErrNotFound)
+		return Token{}, fmt.Errorf("token disabled or expired: %w", ErrNotFound)
 	}
 	return row.token(), nil
 }

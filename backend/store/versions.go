@@ -10,7 +10,6 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
-	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
@@ -65,39 +64,6 @@ func (s Snapshot) WireDomains() []wire.DomainConfig {
 	}
 	return out
 }
-
-// ConflictError reports that a domain (or, with an empty Domain, the
-// ruleset) changed after the author's base version.
-type ConflictError struct {
-	Domain    string
-	Base      int64
-	ChangedIn int64
-}
-
-func (e *ConflictError) Error() string {
-	if e.Domain == "" {
-		return fmt.Sprintf("the ruleset changed in version %d, after base version %d", e.ChangedIn, e.Base)
-	}
-	return fmt.Sprintf("domain %q changed in version %d, after base version %d", e.Domain, e.ChangedIn, e.Base)
-}
-
-// Unwrap makes errors.Is(err, rules.ErrConflict) true.
-func (e *ConflictError) Unwrap() error { return rules.ErrConflict }
-
-// InvalidError reports a request that can never succeed as given; its
-// message is safe to show.
-type InvalidError struct{ Reason string }
-
-func (e *InvalidError) Error() string { return e.Reason }
-
-// RefusedError reports a request that the current state forbids (disabling
-// the last admin, approving a decided change); its message is safe to show.
-type RefusedError struct{ Reason string }
-
-func (e *RefusedError) Error() string { return e.Reason }
-
-// Unwrap makes errors.Is(err, rules.ErrConflict) true.
-func (e *RefusedError) Unwrap() error { return rules.ErrConflict }
 
 type versionRow struct {
 	Version    int64 `gorm:"primaryKey"`
@@ -263,7 +229,7 @@ func (s *Store) FindDomain(ctx context.Context, name string) (DomainRevision, er
 		return DomainRevision{}, fmt.Errorf("read domain %q: %w", name, err)
 	}
 	if len(rows) == 0 || rows[0].Deleted {
-		return DomainRevision{}, fmt.Errorf("domain %q: %w", name, rules.ErrNotFound)
+		return DomainRevision{}, fmt.Errorf("domain %q: %w", name, ErrNotFound)
 	}
 	return rows[0].revision(), nil
 }
