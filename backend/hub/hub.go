@@ -92,6 +92,11 @@ var (
 // Tunables of the push channel.
 const (
 	helloTimeout = 10 * time.Second
+	// planTimeout bounds the Postgres reads of one plan (latest). They
+	// hold planMu or loadMu, which every connecting node waits on: a
+	// stalled Postgres must cost the nodes a failed hello, not the hub
+	// for good.
+	planTimeout = 10 * time.Second
 
 	// flushInterval is how often registry changes reach Postgres;
 	// flushBatch pending changes trigger a flush before that.
@@ -146,6 +151,7 @@ type Hub struct {
 	encodes atomic.Int64 // snapshots serialized, for tests
 
 	pingInterval, writeTimeout time.Duration // see the variables
+	planTimeout                time.Duration // see the constant; tests shorten it
 
 	decodes      chan *decodeJob // to the decoders Run starts
 	decoding     atomic.Bool     // Run started the decoders
@@ -203,7 +209,7 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 	return &Hub{
 		store: st, log: log, id: cmp.Or(host, "console") + "-" + hex.EncodeToString(b),
 		conns: make(map[string]*conn), kick: make(chan struct{}, 1), cache: make(map[int64]*encoded),
-		pingInterval: pingInterval, writeTimeout: writeTimeout, decodes: make(chan *decodeJob),
+		pingInterval: pingInterval, writeTimeout: writeTimeout, planTimeout: planTimeout, decodes: make(chan *decodeJob),
 		decodersStop: make(chan struct{}), catalogs: make(map[int64]*catalogEntry), metrics: newMetrics(),
 		logBudgets: make(map[string]*logBudget),
 	}
@@ -1215,8 +1221,11 @@ const keepEncoded = 4
 
 // latest reads what the nodes should run (the latest version, or the two
 // versions of a staged rollout) and returns it with its snapshot messages,
-// loading and serializing a version only once.
+// loading and serializing a version only once. Its reads give up after
+// h.planTimeout.
 func (h *Hub) latest(ctx context.Context) (*plan, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.planTimeout)
+	defer cancel()
 	gen := h.gen.Add(1)
 	ps, err := h.store.FindPushState(ctx)
 	if err != nil {
