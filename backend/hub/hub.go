@@ -51,7 +51,7 @@
 // log lines a node causes are limited per node (input.go).
 package hub
 
-//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+//lint:file-ignore SA1019 Sluice uses nhooyr.io/websocket, deprecated in favour of its maintained twin github.com/coder/websocket
 
 import (
 	"bufio"

@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// TestBatcherFrozenRedisWaitsOneTimeout (issue 13, defect 6): with Redis
+// TestBatcherFrozenRedisWaitsOneTimeout: with Redis
 // frozen (SIGSTOP: connections stay open, nothing answers), a Take waits
 // at most the Batcher's Timeout, queueing included. Before, a Take queued
 // behind a stuck round trip waited for it, then for its own: ~2× the
