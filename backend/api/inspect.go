@@ -65,6 +65,7 @@ func (a *API) inspectEngine(ctx context.Context) (*engine.Engine, error) {
 	}
 	domains := make([]*rules.Domain, 0, len(snap.Domains))
 	for _, d := range snap.Domains {
+		// What the nodes enforce: the domain's YAML with its overrides.
 		dom, err := rules.Parse(d.Name+".yaml", []byte(d.Enforced()))
 		if err != nil {
 			return nil, fmt.Errorf("parse domain %q of version %d: %w", d.Name, v, err)
@@ -218,8 +219,11 @@ func (a *API) resetCounters(c *gin.Context) error {
 	if err != nil {
 		return a.engineError(c, req.Domain, err)
 	}
-	// Domain-scoped roles: the check that the caller may write req.Domain
-	// belongs here, before any counter is touched.
+	// A role held for some domains only resets counters in those, checked
+	// before any counter is touched.
+	if err := a.requireDomains(c, req.Domain); err != nil {
+		return err
+	}
 	var limits []resetLimit
 	for _, l := range ins.Limits {
 		if l.Counted() {

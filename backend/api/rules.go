@@ -44,18 +44,25 @@ type domainSummary struct {
 }
 
 func (a *API) listDomains(c *gin.Context) error {
-	snap, err := a.store.FindSnapshot(c.Request.Context(), 0)
+	ctx := c.Request.Context()
+	head, err := a.store.CurrentVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if out, ok := a.domains.cached(head); ok {
+		c.JSON(http.StatusOK, gin.H{"version": head, "domains": out})
+		return nil
+	}
+	snap, err := a.store.FindSnapshot(ctx, 0)
 	if err != nil {
 		return err
 	}
 	out := make([]domainSummary, len(snap.Domains))
 	for i, d := range snap.Domains {
 		out[i] = domainSummary{Name: d.Name, Version: d.Version, ChangedAt: d.ChangedAt.Format(timeFormat),
-			Author: d.Author, Message: d.Message}
-		if dom, err := rules.Parse(d.Name+".yaml", []byte(d.YAML)); err == nil {
-			out[i].Limits = len(limitsOf(dom))
-		}
+			Author: d.Author, Message: d.Message, Limits: a.domains.limitsOf(d.Name, d.Version, d.YAML)}
 	}
+	a.domains.store(snap.Version, out)
 	c.JSON(http.StatusOK, gin.H{"version": snap.Version, "domains": out})
 	return nil
 }
@@ -219,6 +226,9 @@ func (a *API) submit(c *gin.Context, ch store.Change) error {
 	if ch.BreakGlass != "" && caller(c).role != store.RoleAdmin {
 		return httpError(http.StatusForbidden, "forbidden", "only admins may break glass")
 	}
+	if err := a.requireChange(c, ch); err != nil {
+		return err
+	}
 	ch.Actor = a.actor(c)
 	v, err := a.store.Publish(c.Request.Context(), ch)
 	if errors.Is(err, store.ErrApprovalRequired) {
@@ -329,6 +339,10 @@ func (a *API) listAudit(c *gin.Context) error {
 	events, next, err := a.store.ListAudit(c.Request.Context(), f)
 	if err != nil {
 		return err
+	}
+	redact := redactFor(c)
+	for i := range events {
+		events[i] = redact(events[i])
 	}
 	c.JSON(http.StatusOK, gin.H{"events": events, "next_cursor": nextCursor(next)})
 	return nil

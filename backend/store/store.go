@@ -22,6 +22,8 @@ type Store struct {
 	db  *gorm.DB
 	sql *sql.DB
 	url string // for the LISTEN session, which is not a pooled connection
+	// passwords bounds concurrent bcrypt work (see SetPasswordChecks).
+	passwords *passwordGate
 }
 
 // Open connects to Postgres. It does not migrate; call Migrate.
@@ -46,7 +48,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		sqlDB.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	return &Store{db: db, sql: sqlDB, url: databaseURL}, nil
+	return &Store{db: db, sql: sqlDB, url: databaseURL, passwords: newPasswordGate(0)}, nil
 }
 
 // Close closes the connection pool.

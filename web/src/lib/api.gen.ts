@@ -244,6 +244,20 @@ export interface paths {
                 401: components["responses"]["Unauthorized"];
                 403: components["responses"]["Forbidden"];
                 429: components["responses"]["TooManyRequests"];
+                /**
+                 * @description Too many sign-ins at once (`busy`): password checks are bounded (`--max-password-checks`);
+                 *     try again after `Retry-After` seconds.
+                 */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait. */
+                        "Retry-After"?: number;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
             };
         };
         delete?: never;
@@ -477,6 +491,56 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/me/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * My live sessions
+         * @description Signed-in users only (403 for tokens); the session making the request is marked current.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionList"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        put?: never;
+        post?: never;
+        /**
+         * Sign out everywhere
+         * @description Ends every session of the caller, this one included; their open streams close. Audited as auth.logout_all.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionsEnded"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
         options?: never;
         head?: never;
         patch?: never;
@@ -807,6 +871,9 @@ export interface paths {
          *     have hit it. The draft is validated as a publish is (same 422). A limit the traffic cannot
          *     answer (a new limit, a unit longer than a minute, no traffic) has `previewable: false` and
          *     a `reason`; token and leaky buckets have `estimate: true` and an `estimate_reason`.
+         *     A preview is bounded: a draft over 256 KiB of YAML (a quarter of what a publish takes)
+         *     gets 413 `too_large`, and one that changes or adds more than 200 limits gets 422
+         *     `too_many_limits` with `details: {limits, max_limits}`.
          */
         post: {
             parameters: {
@@ -1545,6 +1612,77 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/audit/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The audit stream to a SIEM webhook (admin)
+         * @description Every audit event is POSTed in id order to the webhook as JSON lines, signed with X-Sluice-Signature sha256=HMAC-SHA-256(secret, body), retried with backoff until a 2xx, at least once; one console replica delivers and the cursor (delivered_id) is kept in Postgres. The secret is never shown.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The settings and how far delivery has come. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AuditStream"];
+                    };
+                };
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        /**
+         * Configure the audit stream (admin)
+         * @description Audited as audit_stream.update (the URL, never the secret).
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["AuditStreamRequest"];
+                };
+            };
+            responses: {
+                /** @description The new settings. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AuditStream"];
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/users": {
         parameters: {
             query?: never;
@@ -1730,6 +1868,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/users/{id}/domains": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["id"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Change the domains a user's role holds for (admin)
+         * @description [] means every domain. The user reads every domain either way; writes (publish, delete, rollback, change requests and their review, overrides, resets) to other domains get 403 domain_forbidden. The user's tokens narrow with them. Audited as user.domains.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["DomainsRequest"];
+                };
+            };
+            responses: {
+                200: components["responses"]["UserResult"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+                409: components["responses"]["Conflict"];
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/users/{id}/password": {
         parameters: {
             query?: never;
@@ -1768,6 +1950,106 @@ export interface paths {
         };
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/{id}/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["id"];
+            };
+            cookie?: never;
+        };
+        /** A user's live sessions (admin) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionList"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+            };
+        };
+        put?: never;
+        post?: never;
+        /**
+         * End all of a user's sessions (admin)
+         * @description Takes effect on each session's next request; open streams close within seconds. Audited as session.revoke.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionsEnded"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/{id}/sessions/{sid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["id"];
+                /** @description The session's id. */
+                sid: number;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * End one session of a user (admin)
+         * @description Audited as session.revoke.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                    /** @description The session's id. */
+                    sid: number;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionsEnded"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+            };
+        };
         options?: never;
         head?: never;
         patch?: never;
@@ -1916,6 +2198,58 @@ export interface paths {
                 409: components["responses"]["Conflict"];
             };
         };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tokens/{id}/owner": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["id"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Hand a token to another owner (admin)
+         * @description A token acts for its owner and never holds more than the owner holds now: the lower of the two roles and the domains both grant. A disabled owner's tokens stop working (node tokens already serving a node excepted, see docs/security.md), so hand a token over before its owner leaves. Audited as token.owner.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["TokenOwnerRequest"];
+                };
+            };
+            responses: {
+                /** @description The token, with its new owner and effective role. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Token"];
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+                409: components["responses"]["Conflict"];
+            };
+        };
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -2861,12 +3195,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": {
-                            /** Format: int64 */
-                            id: number;
-                            /** Format: int64 */
-                            version: number;
-                        };
+                        "application/json": components["schemas"]["OverrideCreated"];
                     };
                 };
                 202: components["responses"]["Proposed"];
@@ -3006,6 +3335,12 @@ export interface components {
             /** Format: int64 */
             id?: number;
             csrf_token?: string;
+            /** @description The domains the role holds for, when all_domains is false. */
+            domains?: string[];
+            /** @description The role holds for every domain. */
+            all_domains?: boolean;
+            /** @description A read-only token (GET requests only). */
+            read_only?: boolean;
         };
         PasswordChangeRequest: {
             /** Format: password */
@@ -3030,7 +3365,7 @@ export interface components {
              *     the domain's own YAML; nodes get it with these appended as its `overrides` section (the
              *     snapshot's checksum covers that), which is what version diffs compare.
              */
-            overrides: {
+            overrides?: {
                 /** Format: int64 */
                 id: number;
                 entries: components["schemas"]["OverrideEntry"][];
@@ -3370,9 +3705,9 @@ export interface components {
              */
             version: number;
             /** Format: date-time */
-            created_at?: string;
+            created_at: string;
             /** @description Published without approval although approval was required (break-glass). */
-            urgent?: boolean;
+            urgent: boolean;
             /**
              * Format: int64
              * @description The change request that approved it, if any.
@@ -3382,12 +3717,24 @@ export interface components {
              * Format: int64
              * @description The version without it, once it expired or ended.
              */
-            ended_version?: number | null;
+            ended_version: number | null;
             /** Format: date-time */
-            ended_at?: string | null;
+            ended_at: string | null;
             /** @description Who ended it: `system` when it expired. */
             ended_by?: string;
             end_message?: string;
+        };
+        OverrideCreated: {
+            /**
+             * Format: int64
+             * @description The override's id.
+             */
+            id: number;
+            /**
+             * Format: int64
+             * @description The version that published it.
+             */
+            version: number;
         };
         OverrideEntry: {
             key: string;
@@ -3465,12 +3812,19 @@ export interface components {
         };
         Settings: {
             require_approval: boolean;
+            /** @description Seconds a session lasts without a request (default 43200). */
+            session_idle_s: number;
+            /** @description Seconds a session lasts after sign-in at most (default 604800). */
+            session_absolute_s: number;
             /** Format: date-time */
             updated_at: string;
             updated_by: string;
         };
+        /** @description Give at least one field; the others stay. */
         SettingsRequest: {
             require_approval: boolean;
+            session_idle_s: number;
+            session_absolute_s: number;
         };
         AuditEvent: {
             /** Format: int64 */
@@ -3489,6 +3843,34 @@ export interface components {
             prev_hash: string;
             hash: string;
         };
+        AuditStream: {
+            url: string;
+            enabled: boolean;
+            secret_set: boolean;
+            /**
+             * Format: int64
+             * @description The last event the receiver acknowledged.
+             */
+            delivered_id: number;
+            /**
+             * Format: int64
+             * @description Events not yet acknowledged.
+             */
+            pending: number;
+            last_error: string;
+            /** Format: date-time */
+            last_attempt: string | null;
+            /** Format: date-time */
+            updated_at: string;
+            updated_by: string;
+        };
+        AuditStreamRequest: {
+            /** @description An http or https URL; required to enable. */
+            url: string;
+            /** @description The HMAC key; absent keeps the one set. */
+            secret: string;
+            enabled: boolean;
+        };
         /** @description broken_id and reason are set when ok is false. */
         AuditVerification: {
             ok: boolean;
@@ -3497,6 +3879,23 @@ export interface components {
             /** Format: int64 */
             broken_id?: number;
             reason?: string;
+        };
+        Session: {
+            /** Format: int64 */
+            id: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            last_seen: string;
+            /**
+             * Format: date-time
+             * @description When it ends unless used again (idle) or at the latest (absolute).
+             */
+            expires_at: string;
+            ip: string;
+            user_agent: string;
+            /** @description The session making this request. */
+            current: boolean;
         };
         User: {
             /** Format: int64 */
@@ -3509,6 +3908,8 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             password_changed_at: string | null;
+            /** @description The domains the role holds for; [] means every domain. */
+            domains: string[];
         };
         UserCreateRequest: {
             username: string;
@@ -3516,6 +3917,11 @@ export interface components {
             password: string;
             /** @enum {string} */
             role: "viewer" | "support" | "editor" | "admin";
+            /** @description The domains the role holds for; empty or absent means every domain. */
+            domains?: string[];
+        };
+        DomainsRequest: {
+            domains: string[];
         };
         RoleRequest: {
             /** @enum {string} */
@@ -3540,15 +3946,39 @@ export interface components {
             disabled: boolean;
             /** Format: date-time */
             rotated_at: string | null;
+            /** @description The token's own domain grants; [] means every domain. */
+            domains: string[];
+            read_only: boolean;
+            /** @description A fleet node token: never bound to one node id. */
+            fleet: boolean;
             /** @description The node id a node token is bound to: the first one it connected with. Null until then and for other roles. Disable the token to free the id for a new token. */
             node_id: string | null;
+            /** @description The username the token acts for (its creator until handed over); null for a token the system made. */
+            owner: string | null;
+            /** @description The owner is disabled; the token stops working unless it is a node token serving a node. */
+            owner_disabled: boolean;
+            /**
+             * @description What the token may do now, the lower of its role and its owner's.
+             * @enum {string}
+             */
+            effective_role: "viewer" | "support" | "editor" | "admin" | "node";
         };
         TokenCreateRequest: {
             name: string;
             /** @enum {string} */
             role: "viewer" | "support" | "editor" | "admin" | "node";
-            /** @description A Go duration like "720h"; empty = never. */
+            /** @description A Go duration like "720h"; empty = never (or, when a token that expires creates it, that token's expiry). */
             expires_in?: string;
+            /** @description The domains the role holds for; empty means every domain the creator holds. A token never holds more than its creator: a higher role, a domain the creator lacks or an expiry after the creating token's is refused (403 too_wide). */
+            domains?: string[];
+            /** @description The token makes GET requests only. */
+            read_only?: boolean;
+            /** @description Node tokens only: any node id may connect with it, but not one already connected. */
+            fleet?: boolean;
+        };
+        TokenOwnerRequest: {
+            /** @description The username of an enabled user. */
+            owner: string;
         };
         TokenSecret: {
             /** Format: int64 */
@@ -3560,6 +3990,10 @@ export interface components {
             last4: string;
             /** Format: date-time */
             expires_at: string | null;
+            domains: string[];
+            read_only: boolean;
+            fleet: boolean;
+            effective_role: string;
         };
         RuleCounts: {
             domain: string;
@@ -3865,7 +4299,7 @@ export interface components {
              * @description "" when unlimited.
              * @enum {string}
              */
-            unit: "second" | "minute" | "hour" | "day" | "week" | "month" | "year";
+            unit: "" | "second" | "minute" | "hour" | "day" | "week" | "month" | "year";
             /** Format: int64 */
             used: number;
             /** Format: int64 */
@@ -3879,11 +4313,11 @@ export interface components {
              * Format: int64
              * @description used + remaining: the burst of a bucket, else requests_per_unit.
              */
-            capacity?: number;
-            shadow_mode?: boolean;
-            unlimited?: boolean;
+            capacity: number;
+            shadow_mode: boolean;
+            unlimited: boolean;
             /** @description The store keys the limit is counted on (summed here). */
-            shards?: number;
+            shards: number;
         };
         Inspection: {
             /**
@@ -3906,8 +4340,11 @@ export interface components {
                 descriptor: number;
                 rule: string;
             }[];
-            /** @description The store keys deleted (a counter that was never used has none). */
-            keys?: number;
+            /**
+             * Format: int64
+             * @description The store keys deleted (a counter that was never used has none).
+             */
+            keys: number;
         };
     };
     responses: {
@@ -3952,6 +4389,29 @@ export interface components {
             };
             content: {
                 "application/json": components["schemas"]["User"];
+            };
+        };
+        /** @description Live sessions, newest first. */
+        SessionList: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": {
+                    sessions: components["schemas"]["Session"][];
+                };
+            };
+        };
+        /** @description How many sessions ended. */
+        SessionsEnded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": {
+                    /** Format: int64 */
+                    ended: number;
+                };
             };
         };
         /** @description The token with its secret, shown this once. */
@@ -4029,7 +4489,9 @@ export interface components {
         /**
          * @description A single sign-on that failed, as an HTML page for the person: unknown or used state (400),
          *     an ID token refused (401, naming the check), no role for the person's groups, a disabled
-         *     user or the provider's refusal (403), the provider unreachable (502).
+         *     user or the provider's refusal (403), the provider unreachable (502). A request the
+         *     console refuses before the sign-in is looked at (an invalid Bearer credential sent with it,
+         *     say) gets the usual JSON error.
          */
         SignInPage: {
             headers: {
@@ -4037,6 +4499,7 @@ export interface components {
             };
             content: {
                 "text/html": string;
+                "application/json": components["schemas"]["Error"];
             };
         };
         /** @description Too many attempts; see Retry-After. */

@@ -133,12 +133,7 @@ export async function login(username: string, password: string): Promise<void> {
 }
 
 /** AuthMethods is how people sign in to this console (GET /api/v1/auth/methods). */
-export interface AuthMethods {
-  /** 'break-glass': only break-glass accounts may use a password. */
-  password: 'all' | 'break-glass';
-  /** Single sign-on through an OpenID Connect provider is configured. */
-  oidc: boolean;
-}
+export type AuthMethods = Schemas['AuthMethods'];
 
 /** authMethods asks the console which ways of signing in it offers. */
 export function authMethods(): Promise<AuthMethods> {
@@ -177,6 +172,11 @@ export async function me(): Promise<Me | null> {
 /** canEdit reports whether a role may publish. */
 export function canEdit(role: string | undefined): boolean {
   return role === 'editor' || role === 'admin';
+}
+
+/** canSupport reports whether a role may reset counters and grant overrides (support, editor, admin). */
+export function canSupport(role: string | undefined): boolean {
+  return role === 'support' || canEdit(role);
 }
 
 // --- rules -------------------------------------------------------------------
@@ -634,4 +634,82 @@ export type LimitInfo = Schemas['Limit'];
 export function previewDraft(domain: string, yaml: string): Promise<Preview> {
   const body: Schemas['PreviewRequest'] = { domain, yaml };
   return request<Preview>('POST', '/preview', body);
+}
+
+// --- support desk ----------------------------------------------------
+
+/** DomainConfig is a domain's structured form, field for field like its YAML. */
+export type DomainConfig = Schemas['DomainConfig'];
+
+/** Entry is one key and value of a request descriptor. */
+export type Entry = Schemas['Entry'];
+
+/** Inspection is POST /inspect: the limits a customer's descriptors match, with their live counters. */
+export type Inspection = Schemas['Inspection'];
+
+/** InspectedLimit is one matched limit and its counter. */
+export type InspectedLimit = Schemas['InspectedLimit'];
+
+/** inspect reads the limits the descriptors match and their counters (reading consumes nothing). */
+export function inspect(domain: string, descriptors: Entry[][]): Promise<Inspection> {
+  const body: Schemas['InspectRequest'] = { domain, descriptors: descriptors.map((entries) => ({ entries })) };
+  return request<Inspection>('POST', '/inspect', body);
+}
+
+/** ResetResult is what POST /inspect/reset reset. */
+export type ResetResult = Schemas['ResetResult'];
+
+/** resetCounters starts the counters of the descriptors' limits afresh (support+; audited with the message). */
+export function resetCounters(domain: string, descriptors: Entry[][], message: string): Promise<ResetResult> {
+  const body: Schemas['ResetRequest'] = { domain, descriptors: descriptors.map((entries) => ({ entries })), message };
+  return request<ResetResult>('POST', '/inspect/reset', body);
+}
+
+/** Override is a temporary override and its status. */
+export type Override = Schemas['Override'];
+
+/** OverrideRequest is what POST /overrides takes. */
+export type OverrideRequest = Schemas['OverrideRequest'];
+
+/** overrides lists a domain's overrides, newest first (one page of at most limit). */
+export async function overrides(domain: string, limit = 100): Promise<Override[]> {
+  const out = await request<Reply<'/api/v1/overrides', 'get'>>('GET', `/overrides${query({ domain, limit })}`);
+  return out.overrides;
+}
+
+/**
+ * OverrideResult is an override's answer: published (201, its id and
+ * version), or (four-eyes on, not urgent) the change request (202).
+ */
+export type OverrideResult = Partial<Reply<'/api/v1/overrides', 'post', 201>> & Partial<Proposed>;
+
+/** createOverride publishes a temporary override (support+). */
+export async function createOverride(o: OverrideRequest): Promise<OverrideResult> {
+  const a = await send<Reply<'/api/v1/overrides', 'post', 201> | Proposed>('POST', '/overrides', o);
+  if (a.status === 202) return { change: (a.body as Proposed).change };
+  return a.body as Reply<'/api/v1/overrides', 'post', 201>;
+}
+
+/** endOverride publishes a version without the override (support+). */
+export async function endOverride(id: number, message: string): Promise<number> {
+  const body: Schemas['ReviewRequest'] = { message };
+  const out = await request<Published>('DELETE', `/overrides/${seg(id)}`, body);
+  return out.version;
+}
+
+/** RecentValue is a value limited in the last 24 hours or with quota usage now. */
+export type RecentValue = Schemas['RecentValue'];
+
+/** recentValues lists a domain's recent values starting with prefix (autocomplete). */
+export async function recentValues(domain: string, prefix: string, limit = 20): Promise<RecentValue[]> {
+  const out = await request<Reply<'/api/v1/stats/values/recent', 'get'>>('GET', `/stats/values/recent${query({ domain, prefix, limit })}`);
+  return out.values;
+}
+
+/** ValueHistory is one value's 429s per rule and minute. */
+export type ValueHistory = Schemas['ValueHistory'];
+
+/** valueHistory returns one value's 429s per minute over the last 24 hours. */
+export function valueHistory(domain: string, value: string): Promise<ValueHistory> {
+  return request<ValueHistory>('GET', `/stats/values${query({ domain, value })}`);
 }
