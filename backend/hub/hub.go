@@ -215,7 +215,7 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 		store: st, log: log, id: cmp.Or(host, "console") + "-" + hex.EncodeToString(b),
 		conns: make(map[string]*conn), kick: make(chan struct{}, 1), cache: make(map[int64]*encoded),
 		pingInterval: pingInterval, writeTimeout: writeTimeout, recheckEvery: recheckEvery, planTimeout: planTimeout,
-		decodes: make(chan *decodeJob),
+		decodes:      make(chan *decodeJob),
 		decodersStop: make(chan struct{}), catalogs: make(map[int64]*catalogEntry), metrics: newMetrics(),
 		logBudgets: make(map[string]*logBudget),
 	}
