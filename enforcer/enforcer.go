@@ -52,40 +52,16 @@ const (
 // concurrent checks than that still run, each on a goroutine of its own.
 const grpcStreamWorkers = 256
 
-// Config is an enforcer node's configuration, as parsed by `sluice enforcer`.
+// Config is an enforcer node's configuration, as parsed by `sluice enforcer`:
+// the node's (node.Config) and the servers in front of it. Run ignores the
+// node's Registry and Log: it registers the node's metrics on the registry
+// it serves at /metrics and logs to its log argument.
 type Config struct {
-	// ConsoleURL is the console's base URL (http:// or https://), or the
-	// base URLs of several console replicas separated by commas. Required.
-	ConsoleURL string
-	// NodeToken is the node-role API token the console authenticates with.
-	NodeToken string
-	// RulesDir, instead of ConsoleURL, turns on file mode: the rules are
-	// the domain files in this directory (node.Files), reloaded on change.
-	RulesDir string
-	// NodeID names this node in the console; the hostname when empty.
-	NodeID string
-	// RedisURL is the counter store: redis://host:port/db, a comma-separated
-	// list of host:port cluster seeds, redis+cluster://..., or
-	// redis+sentinel://s1:p1,s2:p2/MASTER. Required.
-	RedisURL string
+	node.Config
 	// HTTPAddr and GRPCAddr are the listen addresses (":0" picks a free
 	// port); DefaultHTTPAddr and DefaultGRPCAddr when empty.
 	HTTPAddr string
 	GRPCAddr string
-	// StateDir keeps the last applied snapshot (snapshot.json) so a restart
-	// enforces before the console answers. Empty disables persistence.
-	StateDir string
-	// Labels and Build are reported to the console in Hello.
-	Labels map[string]string
-	Build  string
-	// KeyPrefix starts every Redis key; DefaultKeyPrefix ("sluice:") when
-	// empty. Tests set a unique one.
-	KeyPrefix string
-	// StoreTimeout bounds each step of a check's Redis call (connecting,
-	// waiting for a pooled connection, writing, reading);
-	// limiter.DefaultTimeout (50 ms) when zero. Past it the limit's failure
-	// mode answers.
-	StoreTimeout time.Duration
 
 	// GatewayAddr, when set, turns on gateway mode: a reverse proxy on this
 	// address to GatewayUpstream that rate-limits every request by
@@ -187,20 +163,9 @@ func build(ctx context.Context, cfg Config, upstream *url.URL, log *slog.Logger)
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	n, err := node.New(node.Config{
-		ConsoleURL:   cfg.ConsoleURL,
-		NodeToken:    cfg.NodeToken,
-		RulesDir:     cfg.RulesDir,
-		NodeID:       cfg.NodeID,
-		RedisURL:     cfg.RedisURL,
-		StateDir:     cfg.StateDir,
-		KeyPrefix:    cfg.KeyPrefix,
-		StoreTimeout: cfg.StoreTimeout,
-		Labels:       cfg.Labels,
-		Build:        cfg.Build,
-		Registry:     reg,
-		Log:          log,
-	})
+	nc := cfg.Config
+	nc.Registry, nc.Log = reg, log
+	n, err := node.New(nc)
 	if err != nil {
 		return nil, err
 	}

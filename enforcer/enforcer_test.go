@@ -1,4 +1,4 @@
-//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+//lint:file-ignore SA1019 Sluice uses nhooyr.io/websocket, deprecated in favour of its maintained twin github.com/coder/websocket
 
 package enforcer_test
 
@@ -23,6 +23,7 @@ import (
 	"nhooyr.io/websocket"
 
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/enforcer/node"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -155,16 +156,18 @@ func TestRunEndToEnd(t *testing.T) {
 	consoleURL, hellos, answers := fakeConsole(t, "tok", snap)
 	stateDir := t.TempDir()
 	cfg := enforcer.Config{
-		ConsoleURL: consoleURL,
-		NodeToken:  "tok",
-		NodeID:     "e2e-node",
-		RedisURL:   testenv.RedisURL(t),
-		HTTPAddr:   "127.0.0.1:0",
-		GRPCAddr:   "127.0.0.1:0",
-		StateDir:   stateDir,
-		Labels:     map[string]string{"region": "test"},
-		Build:      "v0.0.0-test",
-		KeyPrefix:  testenv.KeyPrefix(t),
+		Config: node.Config{
+			ConsoleURL: consoleURL,
+			NodeToken:  "tok",
+			NodeID:     "e2e-node",
+			RedisURL:   testenv.RedisURL(t),
+			StateDir:   stateDir,
+			Labels:     map[string]string{"region": "test"},
+			Build:      "v0.0.0-test",
+			KeyPrefix:  testenv.KeyPrefix(t),
+		},
+		HTTPAddr: "127.0.0.1:0",
+		GRPCAddr: "127.0.0.1:0",
 	}
 	node := start(t, cfg)
 
@@ -251,14 +254,16 @@ func TestRunEndToEnd(t *testing.T) {
 
 func TestRunNotReadyWithoutRuleset(t *testing.T) {
 	cfg := enforcer.Config{
-		ConsoleURL: "http://127.0.0.1:1", // nobody there
-		NodeToken:  "tok",
-		NodeID:     "lonely",
-		RedisURL:   testenv.RedisURL(t),
-		HTTPAddr:   "127.0.0.1:0",
-		GRPCAddr:   "127.0.0.1:0",
-		StateDir:   t.TempDir(),
-		KeyPrefix:  testenv.KeyPrefix(t),
+		Config: node.Config{
+			ConsoleURL: "http://127.0.0.1:1", // nobody there
+			NodeToken:  "tok",
+			NodeID:     "lonely",
+			RedisURL:   testenv.RedisURL(t),
+			StateDir:   t.TempDir(),
+			KeyPrefix:  testenv.KeyPrefix(t),
+		},
+		HTTPAddr: "127.0.0.1:0",
+		GRPCAddr: "127.0.0.1:0",
 	}
 	node := start(t, cfg)
 	if code, _ := get(t, node.httpURL+"/healthz"); code != 200 {
@@ -270,7 +275,7 @@ func TestRunNotReadyWithoutRuleset(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
-	base := enforcer.Config{ConsoleURL: "http://console", RedisURL: "redis://127.0.0.1:6379/0", HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"}
+	base := enforcer.Config{Config: node.Config{ConsoleURL: "http://console", RedisURL: "redis://127.0.0.1:6379/0"}, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"}
 	tests := []struct {
 		name string
 		edit func(*enforcer.Config)
@@ -308,13 +313,15 @@ descriptors:
 	t.Cleanup(upstream.Close)
 
 	node := start(t, enforcer.Config{
-		ConsoleURL:      consoleURL,
-		NodeToken:       "tok",
-		NodeID:          "gw-node",
-		RedisURL:        testenv.RedisURL(t),
+		Config: node.Config{
+			ConsoleURL: consoleURL,
+			NodeToken:  "tok",
+			NodeID:     "gw-node",
+			RedisURL:   testenv.RedisURL(t),
+			KeyPrefix:  testenv.KeyPrefix(t),
+		},
 		HTTPAddr:        "127.0.0.1:0",
 		GRPCAddr:        "127.0.0.1:0",
-		KeyPrefix:       testenv.KeyPrefix(t),
 		GatewayAddr:     "127.0.0.1:0",
 		GatewayUpstream: upstream.URL,
 		GatewayDomain:   "web",
@@ -349,7 +356,7 @@ descriptors:
 }
 
 func TestRunGatewayConfigErrors(t *testing.T) {
-	base := enforcer.Config{ConsoleURL: "http://127.0.0.1:9", RedisURL: "redis://127.0.0.1:9/0", NodeID: "n", GatewayAddr: "127.0.0.1:0"}
+	base := enforcer.Config{Config: node.Config{ConsoleURL: "http://127.0.0.1:9", RedisURL: "redis://127.0.0.1:9/0", NodeID: "n"}, GatewayAddr: "127.0.0.1:0"}
 	for name, mod := range map[string]func(*enforcer.Config){
 		"no upstream":       func(c *enforcer.Config) { c.GatewayDomain = "web" },
 		"relative upstream": func(c *enforcer.Config) { c.GatewayUpstream = "/x"; c.GatewayDomain = "web" },

@@ -1,17 +1,9 @@
 package rules
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 )
-
-// ErrNotFound reports that a domain, version or other named thing does not exist.
-var ErrNotFound = errors.New("not found")
-
-// ErrConflict reports that a change was based on a version that is no longer
-// the current one.
-var ErrConflict = errors.New("conflict")
 
 // Problem is one thing wrong with a domain's configuration.
 //

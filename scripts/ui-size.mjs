@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // ui-size.mjs — the initial JavaScript of the built UI, gzipped, against the
-// 150 KB budget (issue 8). "Initial" is what index.html loads before the
+// 150 KB budget. "Initial" is what index.html loads before the
 // app runs: its module script and the chunks it preloads. Lazy chunks (the
 // CodeMirror editor) are listed but not counted. Exit 1 over budget.
 //

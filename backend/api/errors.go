@@ -79,9 +79,9 @@ func (a *API) fail(c *gin.Context, err error) {
 		c.AbortWithStatusJSON(http.StatusForbidden, errorBody("self_approval", "a change needs a second person: its author cannot approve it", nil))
 	case errors.Is(err, store.ErrApprovalRequired):
 		c.AbortWithStatusJSON(http.StatusConflict, errorBody("approval_required", "changes need approval; propose one with POST /api/v1/changes", nil))
-	case errors.Is(err, rules.ErrConflict):
+	case errors.Is(err, store.ErrConflict):
 		c.AbortWithStatusJSON(http.StatusConflict, errorBody("conflict", "conflicts with existing data", nil))
-	case errors.Is(err, rules.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		c.AbortWithStatusJSON(http.StatusNotFound, errorBody("not_found", "not found", nil))
 	case errors.As(err, &big):
 		c.AbortWithStatusJSON(http.StatusRequestEntityTooLarge, errorBody("too_large", fmt.Sprintf("request body over %d bytes", big.Limit), nil))

@@ -11,7 +11,7 @@ import (
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
-// TestPublishOverTheSnapshotBoundIs422 (issue 13): a publish that would
+// TestPublishOverTheSnapshotBoundIs422: a publish that would
 // make the snapshot larger than nodes accept gets 422 with the reason.
 func TestPublishOverTheSnapshotBoundIs422(t *testing.T) {
 	f := newFixture(t)

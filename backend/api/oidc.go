@@ -198,7 +198,7 @@ func (a *API) oidcCallback(c *gin.Context) error {
 			message: "This sign-in was not started in this browser, or it was started again in another tab. Start again from the sign-in page."}
 	}
 	flow, err := a.store.TakeOIDCFlow(c.Request.Context(), state)
-	if errors.Is(err, rules.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return &pageError{status: http.StatusBadRequest, title: "Sign-in link already used",
 			message: "This sign-in was already completed or has expired, so it cannot be used again. Start again from the sign-in page."}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/backend/stats"
+	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -120,7 +121,7 @@ func (a *API) preview(c *gin.Context) error {
 		if old, err := rules.Parse(req.Domain+".yaml", []byte(d.YAML)); err == nil {
 			published = []*rules.Domain{old}
 		}
-	case errors.Is(err, rules.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 	default:
 		return err
 	}

@@ -357,6 +357,6 @@ func (a *API) verifyAudit(c *gin.Context) error {
 	return nil
 }
 
-func isNotFound(err error) bool { return errors.Is(err, rules.ErrNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

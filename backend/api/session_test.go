@@ -125,7 +125,7 @@ func TestSessions(t *testing.T) {
 			t.Errorf("audit lacks %s", action)
 		}
 	}
-	// Issue 13: the name tried may be a password typed into the wrong
+	// The name tried may be a password typed into the wrong
 	// field; an unknown user's failure is only counted in a metric.
 	if strings.Contains(body, "nobody") {
 		t.Error("the failed login of an unknown user is audited with the name tried")

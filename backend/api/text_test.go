@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestTextInputsRefuseNULAndInvalidUTF8 (issue 13, defect 4): a NUL byte or
+// TestTextInputsRefuseNULAndInvalidUTF8: a NUL byte or
 // invalid UTF-8 in any text field of a JSON body, in any query filter or in
 // a path parameter gets 400 naming the field. Before, NUL reached Postgres
 // (500) and invalid UTF-8 was silently replaced with U+FFFD.

@@ -51,7 +51,7 @@ func loginFrom(t *testing.T, srv *httptest.Server, ip, username, password string
 	return resp.StatusCode
 }
 
-// TestWrongPasswordsElsewhereDoNotLockOut (issue 13, defect 5): wrong
+// TestWrongPasswordsElsewhereDoNotLockOut: wrong
 // passwords for a user from one address keep that address out, not the
 // user: the right password from another address gets in.
 func TestWrongPasswordsElsewhereDoNotLockOut(t *testing.T) {
@@ -81,7 +81,7 @@ func TestWrongPasswordsElsewhereDoNotLockOut(t *testing.T) {
 	}
 }
 
-// TestLoginBrake (issue 13, defect 5): a guess spread over many addresses
+// TestLoginBrake: a guess spread over many addresses
 // empties the username's brake (100 failures); then addresses that failed
 // for the user are refused even with the right password and a refilled
 // per-address allowance, while an address without failures still signs in.
@@ -117,7 +117,7 @@ func TestLoginBrake(t *testing.T) {
 
 const failMemoryForTest = 15 * time.Minute
 
-// TestFailedSignInAudit (issue 13, defect 7): a failed sign-in is audited
+// TestFailedSignInAudit: a failed sign-in is audited
 // only for a username that exists (a password typed into the username
 // field never reaches the trail every viewer reads), and at most 20 an hour
 // per user; the rest are counted in sluice_console_login_failures_total.

@@ -1,6 +1,6 @@
 package hub_test
 
-// Faults on the console side of issue 17: the console SIGKILLed during a
+// Faults on the console side: the console SIGKILLed during a
 // burst of publishes, and Postgres restarted under a running console. The
 // figures these tests log are in RELIABILITY.md.
 

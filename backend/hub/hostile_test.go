@@ -1,4 +1,4 @@
-//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+//lint:file-ignore SA1019 Sluice uses nhooyr.io/websocket, deprecated in favour of its maintained twin github.com/coder/websocket
 
 package hub_test
 
@@ -44,7 +44,7 @@ func (e *env) stored(id string) (nackError string, applied int64, ok bool) {
 	return "", 0, false
 }
 
-// TestNULCannotPoisonTheRegistry (issue 13): a hello with U+0000 in any
+// TestNULCannotPoisonTheRegistry: a hello with U+0000 in any
 // stored field is refused with a policy-violation close and the reason; a
 // nack whose error holds NUL or invalid UTF-8 is stored cleaned; and the
 // other nodes' acks keep reaching Postgres.
@@ -94,7 +94,7 @@ func TestNULCannotPoisonTheRegistry(t *testing.T) {
 	}
 }
 
-// TestNodeNacksOversizedSnapshot (issue 13): a version whose snapshot is
+// TestNodeNacksOversizedSnapshot: a version whose snapshot is
 // over what nodes read (written before the console refused such publishes)
 // is nacked by a real node with the reason, which the registry shows; the
 // node stays connected on its version and takes the next one that fits.
@@ -153,7 +153,7 @@ func TestNodeNacksOversizedSnapshot(t *testing.T) {
 	waitFor(t, "n1 on v3", func() bool { return n.eng.Version() == v3 })
 }
 
-// TestNodeTokenBoundToOneNodeID (issue 13, defect 9): a node token is bound
+// TestNodeTokenBoundToOneNodeID: a node token is bound
 // to the node id it first connects with. Its holder cannot connect as
 // another node id, and a token bound elsewhere cannot take over a node id:
 // both are closed with wire.CloseNodeBound and the reason, and the node that

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
@@ -99,7 +99,7 @@ func (h *Hub) catalog(ctx context.Context, v int64) (*wire.Catalog, error) {
 		return emptyCatalog, nil
 	}
 	snap, err := h.store.FindSnapshot(ctx, v)
-	if errors.Is(err, rules.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return emptyCatalog, nil
 	}
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 // Automatic halt of staged rollouts.
 const (
 	// haltLock is the advisory lock of the replica that watches rollouts
-	// ("sluice" and issue 19): one replica halts, never two.
+	// ("sluice" in ASCII, then 0x0019): one replica halts, never two.
 	haltLock int64 = 0x736c756963650019
 	// haltEvery is how often the staged rollout is judged.
 	haltEvery = time.Second

@@ -12,8 +12,6 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 	"gorm.io/gorm"
-
-	"github.com/sluicehq/sluice/rules"
 )
 
 // Roles.
@@ -186,14 +184,14 @@ func (s *Store) findSession(ctx context.Context, secret string, touch bool) (Ses
 	}
 	now := time.Now().UTC()
 	if !sessionLive(row, now, idle, absolute) {
-		return Session{}, fmt.Errorf("session expired: %w", rules.ErrNotFound)
+		return Session{}, fmt.Errorf("session expired: %w", ErrNotFound)
 	}
 	var u userRow
 	if err := s.db.WithContext(ctx).Where("id = ?", row.UserID).Take(&u).Error; err != nil {
 		return Session{}, notFound(err, "session user")
 	}
 	if u.Disabled {
-		return Session{}, fmt.Errorf("user disabled: %w", rules.ErrNotFound)
+		return Session{}, fmt.Errorf("user disabled: %w", ErrNotFound)
 	}
 	if touch && now.Sub(row.LastSeen) > time.Minute { // avoid a write per request
 		s.db.WithContext(ctx).Model(&sessionRow{}).Where("id_hash = ?", row.IDHash).Update("last_seen", now)
@@ -263,7 +261,7 @@ func (s *Store) RevokeSessions(ctx context.Context, userID, sessionID int64, act
 		}
 		n = res.RowsAffected
 		if sessionID != 0 && n == 0 {
-			return fmt.Errorf("session %d: %w", sessionID, rules.ErrNotFound)
+			return fmt.Errorf("session %d: %w", sessionID, ErrNotFound)
 		}
 		after := map[string]any{"sessions_ended": n}
 		if sessionID != 0 {

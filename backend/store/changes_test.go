@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/backend/store"
-	"github.com/sluicehq/sluice/rules"
 )
 
 func requireApproval(t *testing.T, st *store.Store, on bool) {
@@ -59,7 +58,7 @@ func TestFourEyes(t *testing.T) {
 	if d, _ := st.FindDomain(ctx, "a"); d.YAML != domainYAML("a", 2) {
 		t.Fatalf("domain a after approval = %q", d.YAML)
 	}
-	if _, err := st.Approve(ctx, cr.ID, bob, ""); !errors.Is(err, rules.ErrConflict) {
+	if _, err := st.Approve(ctx, cr.ID, bob, ""); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("second approval = %v, want a conflict", err)
 	}
 
@@ -133,13 +132,13 @@ func TestProposeChecksNow(t *testing.T) {
 	ctx := context.Background()
 	publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 1)})
 	publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 2), BaseVersion: 1})
-	if _, err := st.Propose(ctx, store.Change{Domain: "a", YAML: "x", BaseVersion: 1, Message: "m", Actor: actor}); !errors.Is(err, rules.ErrConflict) {
+	if _, err := st.Propose(ctx, store.Change{Domain: "a", YAML: "x", BaseVersion: 1, Message: "m", Actor: actor}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("propose on a stale base = %v, want conflict", err)
 	}
-	if _, err := st.Propose(ctx, store.Change{Kind: store.KindDelete, Domain: "zz", Message: "m", Actor: actor}); !errors.Is(err, rules.ErrNotFound) {
+	if _, err := st.Propose(ctx, store.Change{Kind: store.KindDelete, Domain: "zz", Message: "m", Actor: actor}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("propose deleting an unknown domain = %v, want not found", err)
 	}
-	if _, err := st.Approve(ctx, 999, actor, ""); !errors.Is(err, rules.ErrNotFound) {
+	if _, err := st.Approve(ctx, 999, actor, ""); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("approve unknown = %v, want not found", err)
 	}
 }

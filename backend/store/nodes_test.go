@@ -180,7 +180,7 @@ func TestAppliedCounts(t *testing.T) {
 
 // TestSaveNodesRefusedRowsDoNotBlockTheOthers: rows Postgres refuses (a NUL
 // in a text or jsonb column) are reported, and every other row of the batch
-// is written (issue 13).
+// is written.
 func TestSaveNodesRefusedRowsDoNotBlockTheOthers(t *testing.T) {
 	st := openNodes(t)
 	ctx := context.Background()

@@ -12,8 +12,6 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
-
-	"github.com/sluicehq/sluice/rules"
 )
 
 // ErrUserDisabled refuses a single sign-on for a user an admin disabled in
@@ -250,7 +248,7 @@ func (s *Store) CreateOIDCFlow(ctx context.Context, state string, f OIDCFlow) er
 
 // TakeOIDCFlow returns the flow kept under state and deletes it, so a
 // callback completes at most once. A used, expired or unknown state is
-// rules.ErrNotFound.
+// ErrNotFound.
 func (s *Store) TakeOIDCFlow(ctx context.Context, state string) (OIDCFlow, error) {
 	var f OIDCFlow
 	var expires time.Time
@@ -263,7 +261,7 @@ func (s *Store) TakeOIDCFlow(ctx context.Context, state string) (OIDCFlow, error
 		return OIDCFlow{}, notFound(err, "sign-in flow")
 	}
 	if time.Now().After(expires) {
-		return OIDCFlow{}, fmt.Errorf("sign-in flow expired: %w", rules.ErrNotFound)
+		return OIDCFlow{}, fmt.Errorf("sign-in flow expired: %w", ErrNotFound)
 	}
 	return f, nil
 }

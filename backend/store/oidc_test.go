@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/backend/store"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // TestSignInOIDCConcurrentFirstSignIns: the same person signing in from
@@ -115,7 +114,7 @@ func TestOIDCFlowsAreSingleUse(t *testing.T) {
 		t.Fatalf("TakeOIDCFlow = %+v %v; want %+v", got, err, f)
 	}
 	for _, state := range []string{"state-1", "state-2"} {
-		if _, err := st.TakeOIDCFlow(ctx, state); !errors.Is(err, rules.ErrNotFound) {
+		if _, err := st.TakeOIDCFlow(ctx, state); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("TakeOIDCFlow(%s) = %v; want not found", state, err)
 		}
 	}

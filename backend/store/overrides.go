@@ -300,7 +300,7 @@ func checkOverride(tx *gorm.DB, p plan, head int64) error {
 		return err
 	}
 	if last == nil || last.Deleted {
-		return fmt.Errorf("domain %q: %w", o.Domain, rules.ErrNotFound)
+		return fmt.Errorf("domain %q: %w", o.Domain, ErrNotFound)
 	}
 	if !o.ExpiresAt.After(time.Now()) {
 		return &UnprocessableError{Reason: fmt.Sprintf("the override expires at %s, which has passed", o.ExpiresAt.UTC().Format(time.RFC3339))}

@@ -97,7 +97,7 @@ func TestOverrideLifecycle(t *testing.T) {
 		t.Fatalf("after the edit: yaml %q overrides %+v enforced:\n%s", d.YAML, d.Overrides, d.Enforced())
 	}
 
-	if _, _, err := st.CreateOverride(ctx, overrideSpec("k1", time.Hour), actor); !errors.Is(err, rules.ErrConflict) {
+	if _, _, err := st.CreateOverride(ctx, overrideSpec("k1", time.Hour), actor); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("a second override of the same entries: %v, want a conflict", err)
 	}
 	v4, err := st.EndOverride(ctx, id, store.OverrideEnded, "customer launched", store.Actor{Name: "user:bob"})
@@ -118,7 +118,7 @@ func TestOverrideLifecycle(t *testing.T) {
 	if o.Status != store.OverrideEnded || o.EndedVersion == nil || *o.EndedVersion != v4 || o.EndedBy != "user:bob" || o.Version != v2 {
 		t.Errorf("ended override: %+v", o)
 	}
-	if _, err := st.EndOverride(ctx, id, store.OverrideEnded, "again", actor); !errors.Is(err, rules.ErrConflict) {
+	if _, err := st.EndOverride(ctx, id, store.OverrideEnded, "again", actor); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("ending it twice: %v, want a conflict", err)
 	}
 	if n := len(auditActions(t, st, "override.create")); n != 1 {
@@ -162,7 +162,7 @@ func TestOverrideRefused(t *testing.T) {
 			return errors.As(err, &ue) && strings.Contains(ue.Reason, "match no limit")
 		}},
 		{"unknown domain", func() store.OverrideSpec { s := overrideSpec("k1", time.Hour); s.Domain = "nope"; return s }(),
-			func(err error) bool { return errors.Is(err, rules.ErrNotFound) }},
+			func(err error) bool { return errors.Is(err, store.ErrNotFound) }},
 		{"expired", overrideSpec("k1", -time.Second), func(err error) bool {
 			var ue *store.UnprocessableError
 			return errors.As(err, &ue)

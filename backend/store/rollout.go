@@ -13,7 +13,6 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
-	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
@@ -217,13 +216,13 @@ func endRollout(tx *gorm.DB, r *Rollout, state string, in *int64, act Actor, rea
 		return fmt.Errorf("end rollout of version %d: %w", r.Version, res.Error)
 	}
 	if res.RowsAffected != 1 {
-		return fmt.Errorf("end rollout of version %d: it is not staged any more: %w", r.Version, rules.ErrConflict)
+		return fmt.Errorf("end rollout of version %d: it is not staged any more: %w", r.Version, ErrConflict)
 	}
 	return nil
 }
 
 // findRollout returns version v's rollout, locked until tx ends;
-// rules.ErrNotFound when v was not staged.
+// ErrNotFound when v was not staged.
 func findRollout(tx *gorm.DB, v int64) (Rollout, error) {
 	var row rolloutRow
 	if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("version = ?", v).Take(&row).Error; err != nil {
@@ -252,7 +251,7 @@ func deref[T any](p *T) T {
 }
 
 // Promote sends staged version v to every node: it ends v's rollout with
-// its audit event, in one transaction. It fails with rules.ErrNotFound when
+// its audit event, in one transaction. It fails with ErrNotFound when
 // v does not exist and with a *RefusedError (409) when v is not staged
 // (never staged, promoted already, or rolled back).
 func (s *Store) Promote(ctx context.Context, v int64, message string, act Actor) error {
@@ -262,10 +261,10 @@ func (s *Store) Promote(ctx context.Context, v int64, message string, act Actor)
 			return fmt.Errorf("read version: %w", err)
 		}
 		if n == 0 {
-			return fmt.Errorf("version %d: %w", v, rules.ErrNotFound)
+			return fmt.Errorf("version %d: %w", v, ErrNotFound)
 		}
 		r, err := findRollout(tx, v)
-		if errors.Is(err, rules.ErrNotFound) {
+		if errors.Is(err, ErrNotFound) {
 			return &RefusedError{Reason: fmt.Sprintf("version %d was not staged: it went to every node when it was published", v)}
 		}
 		if err != nil {

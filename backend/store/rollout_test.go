@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/backend/store"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // TestOneStagedRollout: concurrent staged publishes and plain publishes
@@ -47,7 +46,7 @@ func TestOneStagedRollout(t *testing.T) {
 		switch {
 		case err == nil:
 			ok++
-		case errors.As(err, &re) && errors.Is(err, rules.ErrConflict):
+		case errors.As(err, &re) && errors.Is(err, store.ErrConflict):
 		default:
 			t.Errorf("publish %d: %v", i, err)
 		}
@@ -73,13 +72,13 @@ func TestOneStagedRollout(t *testing.T) {
 	if err := st.Promote(ctx, ps.Head, "go", act); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Promote(ctx, ps.Head, "go", act); !errors.Is(err, rules.ErrConflict) {
+	if err := st.Promote(ctx, ps.Head, "go", act); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("second promote: %v", err)
 	}
-	if _, err := st.Halt(ctx, ps.Head, "late"); !errors.Is(err, rules.ErrConflict) {
+	if _, err := st.Halt(ctx, ps.Head, "late"); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("halt after promote: %v", err)
 	}
-	if err := st.Promote(ctx, ps.Head+5, "go", act); !errors.Is(err, rules.ErrNotFound) {
+	if err := st.Promote(ctx, ps.Head+5, "go", act); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("promote of a missing version: %v", err)
 	}
 	after, err := st.FindPushState(ctx)

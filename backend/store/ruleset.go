@@ -6,8 +6,6 @@ import (
 	"slices"
 
 	"gorm.io/gorm"
-
-	"github.com/sluicehq/sluice/rules"
 )
 
 // MaxEdits bounds how many domains one KindRuleset change sets or removes.
@@ -57,7 +55,7 @@ func checkEdits(tx *gorm.DB, p plan, head int64) error {
 			return &ConflictError{Domain: e.Domain, Base: p.base, ChangedIn: last.Version}
 		}
 		if e.Deleted && (last == nil || last.Deleted) {
-			return fmt.Errorf("domain %q: %w", e.Domain, rules.ErrNotFound)
+			return fmt.Errorf("domain %q: %w", e.Domain, ErrNotFound)
 		}
 	}
 	return nil

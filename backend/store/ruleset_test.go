@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/backend/store"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // TestRulesetChange: a ruleset change writes every edit in one version or
@@ -21,7 +20,7 @@ func TestRulesetChange(t *testing.T) {
 	// A deletion of a domain that does not exist refuses the whole change.
 	_, err := st.Publish(ctx, store.Change{Kind: store.KindRuleset, BaseVersion: 2, Message: "m", Actor: actor,
 		Edits: []store.DomainEdit{{Domain: "a", YAML: domainYAML("a", 9)}, {Domain: "zz", Deleted: true}}})
-	if !errors.Is(err, rules.ErrNotFound) {
+	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ruleset change deleting an unknown domain = %v, want not found", err)
 	}
 	if v, _ := st.CurrentVersion(ctx); v != 2 {

@@ -21,7 +21,7 @@ func bigDomainYAML(name string, size int) string {
 // of them fit in wire.MaxSnapshotBytes, 17 do not.
 const bigDomain = wire.MaxSnapshotBytes / 16 * 99 / 100
 
-// TestSnapshotSizeRefused (issue 13): every path that creates a version
+// TestSnapshotSizeRefused: every path that creates a version
 // refuses one whose snapshot would exceed what nodes accept, and writes
 // nothing.
 func TestSnapshotSizeRefused(t *testing.T) {

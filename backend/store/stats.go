@@ -307,7 +307,7 @@ func (r spikeRow) spike() Spike {
 
 // OpenSpike records a spike that started and queues its deliveries, in
 // one transaction. A rule has at most one open spike: opening a second
-// one is rules.ErrConflict.
+// one is ErrConflict.
 func (s *Store) OpenSpike(ctx context.Context, sp Spike, deliveries []Delivery) (Spike, error) {
 	row := spikeRow{Domain: sp.Domain, Rule: sp.Rule, StartedAt: sp.Start.UTC(), PeakLimitedPerS: sp.PeakLimitedPerS,
 		BaselinePerS: sp.BaselinePerS, UpdatedAt: time.Now().UTC()}

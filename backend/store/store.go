@@ -15,7 +15,6 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/sluicehq/sluice/migrations"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // Store is the console's database.
@@ -67,10 +66,10 @@ func (s *Store) Ready(ctx context.Context) error {
 	return migrations.Check(ctx, s.sql)
 }
 
-// notFound maps gorm's not-found error to rules.ErrNotFound.
+// notFound maps gorm's not-found error to ErrNotFound.
 func notFound(err error, what string) error {
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return fmt.Errorf("%s: %w", what, rules.ErrNotFound)
+		return fmt.Errorf("%s: %w", what, ErrNotFound)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

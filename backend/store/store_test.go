@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/rules"
 )
 
 func open(t *testing.T) (*store.Store, string) {
@@ -51,7 +50,7 @@ func TestConcurrentPublish(t *testing.T) {
 				}
 				_, err := st.Publish(ctx, store.Change{Domain: domain, YAML: domainYAML(domain, p*100+i+1), BaseVersion: base,
 					Message: "m", Actor: store.Actor{Name: fmt.Sprintf("p%d", p)}})
-				if errors.Is(err, rules.ErrConflict) {
+				if errors.Is(err, store.ErrConflict) {
 					continue
 				}
 				if err != nil {

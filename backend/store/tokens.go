@@ -10,8 +10,6 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
-
-	"github.com/sluicehq/sluice/rules"
 )
 
 // Token is an API token's public description; the secret is never stored.
@@ -268,7 +266,7 @@ func (s *Store) findToken(ctx context.Context, where string, arg any) (Token, er
 		return Token{}, err
 	}
 	if !ts[0].live(time.Now()) {
-		return Token{}, fmt.Errorf("token disabled or expired, or its owner disabled: %w", rules.ErrNotFound)
+		return Token{}, fmt.Errorf("token disabled or expired, or its owner disabled: %w", ErrNotFound)
 	}
 	return ts[0], nil
 }

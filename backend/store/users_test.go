@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/backend/store"
-	"github.com/sluicehq/sluice/rules"
 )
 
 func TestLastAdminKeepsTheKeys(t *testing.T) {
@@ -67,7 +66,7 @@ func TestDisableEndsSessions(t *testing.T) {
 	if _, err := st.SetUserDisabled(ctx, u.ID, true, actor); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.FindSession(ctx, secret); !errors.Is(err, rules.ErrNotFound) {
+	if _, err := st.FindSession(ctx, secret); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("session of a disabled user = %v, want not found", err)
 	}
 	if _, err := st.Authenticate(ctx, "carol", "password1"); !errors.Is(err, store.ErrBadCredentials) {
@@ -76,7 +75,7 @@ func TestDisableEndsSessions(t *testing.T) {
 	if _, err := st.SetUserDisabled(ctx, u.ID, false, actor); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.FindSession(ctx, secret); !errors.Is(err, rules.ErrNotFound) {
+	if _, err := st.FindSession(ctx, secret); !errors.Is(err, store.ErrNotFound) {
 		t.Fatal("re-enabling a user revived an old session")
 	}
 	if _, err := st.Authenticate(ctx, "carol", "password1"); err != nil {
@@ -145,7 +144,7 @@ func TestSessionExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, secret := range map[string]string{"idle": idle, "absolute": absolute} {
-		if _, err := st.FindSession(ctx, secret); !errors.Is(err, rules.ErrNotFound) {
+		if _, err := st.FindSession(ctx, secret); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s-expired session = %v, want not found", name, err)
 		}
 	}
@@ -168,7 +167,7 @@ func TestTokens(t *testing.T) {
 	if fresh == secret || rotated.Last4 != fresh[len(fresh)-4:] || rotated.RotatedAt == nil {
 		t.Fatalf("rotated %+v", rotated)
 	}
-	if _, err := st.FindToken(ctx, secret); !errors.Is(err, rules.ErrNotFound) {
+	if _, err := st.FindToken(ctx, secret); !errors.Is(err, store.ErrNotFound) {
 		t.Fatal("the old secret works after rotation")
 	}
 	if _, err := st.FindToken(ctx, fresh); err != nil {
@@ -177,7 +176,7 @@ func TestTokens(t *testing.T) {
 	if _, err := st.DisableToken(ctx, tok.ID, actor); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.FindToken(ctx, fresh); !errors.Is(err, rules.ErrNotFound) {
+	if _, err := st.FindToken(ctx, fresh); !errors.Is(err, store.ErrNotFound) {
 		t.Fatal("a disabled token works")
 	}
 	var re *store.RefusedError
@@ -186,7 +185,7 @@ func TestTokens(t *testing.T) {
 	}
 	past := time.Now().Add(-time.Second)
 	old, oldSecret, _ := st.CreateToken(ctx, "old", store.RoleViewer, &past, actor)
-	if _, err := st.FindToken(ctx, oldSecret); !errors.Is(err, rules.ErrNotFound) {
+	if _, err := st.FindToken(ctx, oldSecret); !errors.Is(err, store.ErrNotFound) {
 		t.Fatal("an expired token works")
 	}
 	if _, _, err := st.RotateToken(ctx, old.ID, actor); !errors.As(err, &re) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/backend/store"
-	"github.com/sluicehq/sluice/rules"
 )
 
 var actor = store.Actor{Name: "user:alice"}
@@ -42,30 +41,30 @@ func TestPublishErrors(t *testing.T) {
 	}{
 		{"stale base names the version", store.Change{Domain: "a", YAML: domainYAML("a", 3), BaseVersion: 2}, func(err error) bool {
 			var ce *store.ConflictError
-			return errors.As(err, &ce) && ce.ChangedIn == 3 && ce.Base == 2 && errors.Is(err, rules.ErrConflict)
+			return errors.As(err, &ce) && ce.ChangedIn == 3 && ce.Base == 2 && errors.Is(err, store.ErrConflict)
 		}},
 		{"new domain that exists", store.Change{Domain: "b", YAML: domainYAML("b", 3)}, func(err error) bool {
-			return errors.Is(err, rules.ErrConflict)
+			return errors.Is(err, store.ErrConflict)
 		}},
 		{"base ahead of head", store.Change{Domain: "c", YAML: domainYAML("c", 1), BaseVersion: 99}, func(err error) bool {
 			var ie *store.InvalidError
 			return errors.As(err, &ie)
 		}},
 		{"delete unknown", store.Change{Kind: store.KindDelete, Domain: "zz", BaseVersion: 3}, func(err error) bool {
-			return errors.Is(err, rules.ErrNotFound)
+			return errors.Is(err, store.ErrNotFound)
 		}},
 		{"rollback to future", store.Change{Kind: store.KindRollback, RollbackTo: 4}, func(err error) bool {
-			return errors.Is(err, rules.ErrNotFound)
+			return errors.Is(err, store.ErrNotFound)
 		}},
 		{"rollback with stale base", store.Change{Kind: store.KindRollback, RollbackTo: 1, BaseVersion: 2}, func(err error) bool {
 			var ce *store.ConflictError
 			return errors.As(err, &ce) && ce.Domain == "" && ce.ChangedIn == 3
 		}},
 		{"domain rollback of a domain that never was", store.Change{Kind: store.KindDomainRollback, Domain: "nope", RollbackTo: 1}, func(err error) bool {
-			return errors.Is(err, rules.ErrNotFound)
+			return errors.Is(err, store.ErrNotFound)
 		}},
 		{"domain rollback with stale base", store.Change{Kind: store.KindDomainRollback, Domain: "a", RollbackTo: 1, BaseVersion: 1}, func(err error) bool {
-			return errors.Is(err, rules.ErrConflict)
+			return errors.Is(err, store.ErrConflict)
 		}},
 	}
 	for _, tt := range tests {
@@ -112,7 +111,7 @@ func TestDomainRollback(t *testing.T) {
 	}
 	// Rolling b back to v1, where it did not exist, removes it.
 	v6 := publish(t, st, store.Change{Kind: store.KindDomainRollback, Domain: "b", RollbackTo: v1})
-	if _, err := st.FindDomain(ctx, "b"); !errors.Is(err, rules.ErrNotFound) {
+	if _, err := st.FindDomain(ctx, "b"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("b after rollback to %d (version %d): %v, want not found", v1, v6, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/enforcer/node"
 	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
@@ -605,8 +606,8 @@ func startCtlEnforcer(t *testing.T, consoleURL, token, id string) {
 	ready := make(chan struct{})
 	go func() {
 		defer close(done)
-		cfg := enforcer.Config{ConsoleURL: consoleURL, NodeToken: token, NodeID: id, RedisURL: testenv.RedisURL(t),
-			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: testenv.KeyPrefix(t)}
+		cfg := enforcer.Config{Config: node.Config{ConsoleURL: consoleURL, NodeToken: token, NodeID: id, RedisURL: testenv.RedisURL(t), StateDir: t.TempDir(), KeyPrefix: testenv.KeyPrefix(t)},
+			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"}
 		err := enforcer.Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(enforcer.Addrs) { close(ready) })
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("enforcer: %v", err)

@@ -19,11 +19,12 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/enforcer/node"
 	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-type node struct{ http, grpc string }
+type nodeAddrs struct{ http, grpc string }
 
 // TestEndToEnd starts a console and two enforcers, publishes a token bucket
 // with burst N and a slow refill, fires 10·N concurrent checks across both
@@ -53,18 +54,19 @@ func TestEndToEnd(t *testing.T) {
 	}
 	admin.MustDo(t, "PUT", "/api/v1/domains/e2e", map[string]any{"yaml": domain, "message": "e2e", "base_version": 0}, 200, &pub)
 
-	nodes := make([]node, 2)
+	nodes := make([]nodeAddrs, 2)
 	for i := range nodes {
-		ready := make(chan node, 1)
+		ready := make(chan nodeAddrs, 1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := enforcer.Config{ConsoleURL: base, NodeToken: toks[i].Token, NodeID: fmt.Sprintf("e2e-%d", i), RedisURL: redisURL,
-				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: prefix,
+			cfg := enforcer.Config{Config: node.Config{ConsoleURL: base, NodeToken: toks[i].Token, NodeID: fmt.Sprintf("e2e-%d", i), RedisURL: redisURL,
+				StateDir: t.TempDir(), KeyPrefix: prefix,
 				// Generous: the exact-count checks must not fail open on a
 				// loaded machine (50 ms by default).
-				StoreTimeout: 2 * time.Second}
-			err := enforcer.Run(ctx, cfg, log, func(a enforcer.Addrs) { ready <- node{a.HTTP.String(), a.GRPC.String()} })
+				StoreTimeout: 2 * time.Second},
+				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"}
+			err := enforcer.Run(ctx, cfg, log, func(a enforcer.Addrs) { ready <- nodeAddrs{a.HTTP.String(), a.GRPC.String()} })
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("enforcer %d: %v", i, err)
 			}

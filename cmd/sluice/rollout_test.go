@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/enforcer/node"
 	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -67,8 +68,8 @@ func (f *rollFleet) start(id string, console int, labels map[string]string) stri
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		cfg := enforcer.Config{ConsoleURL: f.consoles[console], NodeToken: tok.Token, NodeID: id, RedisURL: f.redis, Labels: labels,
-			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: f.prefix}
+		cfg := enforcer.Config{Config: node.Config{ConsoleURL: f.consoles[console], NodeToken: tok.Token, NodeID: id, RedisURL: f.redis, Labels: labels, StateDir: t.TempDir(), KeyPrefix: f.prefix},
+			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"}
 		err := enforcer.Run(f.ctx, cfg, slog.New(slog.DiscardHandler), func(a enforcer.Addrs) { ready <- a.HTTP.String() })
 		if err != nil && f.ctx.Err() == nil {
 			t.Errorf("enforcer %s: %v", id, err)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -159,33 +160,14 @@ func rulesFmt(args []string, getenv func(string) string, stdout, stderr io.Write
 	return nil
 }
 
-// replaceFile writes data to name through a temporary file in the same
-// directory and a rename, so a crash never leaves a half-written file; the
+// replaceFile replaces name with data atomically (see atomicfile); the
 // file keeps its permissions.
 func replaceFile(name string, data []byte) error {
 	info, err := os.Stat(name)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
-	if err != nil {
-		return fmt.Errorf("rewrite %s: %w", name, err)
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename, a no-op
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), info.Mode().Perm())
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), name)
-	}
-	if err != nil {
+	if err := atomicfile.WriteFile(name, data, info.Mode().Perm()); err != nil {
 		return fmt.Errorf("rewrite %s: %w", name, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/enforcer/node"
 	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -89,8 +90,8 @@ func TestSecretsNeverLogged(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		cfg := enforcer.Config{ConsoleURL: base, NodeToken: tok.Token, NodeID: "secret-node", RedisURL: testenv.RedisURL(t),
-			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: testenv.KeyPrefix(t)}
+		cfg := enforcer.Config{Config: node.Config{ConsoleURL: base, NodeToken: tok.Token, NodeID: "secret-node", RedisURL: testenv.RedisURL(t), StateDir: t.TempDir(), KeyPrefix: testenv.KeyPrefix(t)},
+			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"}
 		if err := enforcer.Run(ctx, cfg, log, func(a enforcer.Addrs) { nodeReady <- a.HTTP.String() }); err != nil && ctx.Err() == nil {
 			t.Errorf("enforcer: %v", err)
 		}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/enforcer/node"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -72,7 +73,7 @@ func TestEnforcerSoakLeaks(t *testing.T) {
 	done := make(chan error, 1)
 	addrs := make(chan enforcer.Addrs, 1)
 	go func() {
-		cfg := enforcer.Config{RulesDir: dir, RedisURL: redisURL, KeyPrefix: prefix, NodeID: "soak",
+		cfg := enforcer.Config{Config: node.Config{RulesDir: dir, RedisURL: redisURL, KeyPrefix: prefix, NodeID: "soak"},
 			HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"}
 		done <- enforcer.Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(a enforcer.Addrs) { addrs <- a })
 	}()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/enforcer"
+	"github.com/sluicehq/sluice/enforcer/node"
 	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -66,8 +67,8 @@ func startLiveFleet(t *testing.T, ctx context.Context, wg *sync.WaitGroup) *live
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := enforcer.Config{ConsoleURL: console, NodeToken: toks[i].Token, NodeID: fmt.Sprintf("live-%d", i), RedisURL: redisURL,
-				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", StateDir: t.TempDir(), KeyPrefix: prefix}
+			cfg := enforcer.Config{Config: node.Config{ConsoleURL: console, NodeToken: toks[i].Token, NodeID: fmt.Sprintf("live-%d", i), RedisURL: redisURL, StateDir: t.TempDir(), KeyPrefix: prefix},
+				HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"}
 			err := enforcer.Run(ctx, cfg, log, func(a enforcer.Addrs) { ready <- a.HTTP.String() })
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("enforcer %d: %v", i, err)

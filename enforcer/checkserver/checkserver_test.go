@@ -643,7 +643,7 @@ func TestDetailedMetricIsBounded(t *testing.T) {
 }
 
 // TestRequestBoundsOnEveryTransport: the engine's bounds of one request
-// (issue 13) reach clients as each transport reports an invalid request.
+// reach clients as each transport reports an invalid request.
 func TestRequestBoundsOnEveryTransport(t *testing.T) {
 	f := newFixture(t, nil)
 	f.apply(t)

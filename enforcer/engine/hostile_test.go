@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
-// Tests of what one request may cost (issue 13, defect 1).
+// Tests of what one request may cost.
 
 // descriptors returns n descriptors of one entry user=<prefix><i> padded to
 // valueBytes bytes.
@@ -86,7 +86,7 @@ func TestCheckRequestBounds(t *testing.T) {
 	}
 }
 
-// TestHeavyChecksKeepTheBreakerClosed replays the attack of issue 13 on an
+// TestHeavyChecksKeepTheBreakerClosed replays the heavy-request attack on an
 // engine built as a node's is (Batcher, 50 ms client timeouts, breaker with
 // StoreDown): clients sending the 20,000-descriptor body and clients at the
 // bounds (64 counted limits with 1 KiB values) run concurrently with light

@@ -11,7 +11,7 @@ import (
 )
 
 // Tests of envoyproxy/ratelimit behaviour a Lyft user relies on when
-// swapping Sluice in (issue 16): limit overrides count on their own, and
+// swapping Sluice in: limit overrides count on their own, and
 // limits within their limit say what remains of them when another limit
 // rejects the request.
 

@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// TestOverridePeriodBounded (issue 13, defect 8): an override's period is
+// TestOverridePeriodBounded: an override's period is
 // its unit times its multiplier, computed without overflow and refused
 // over MaxOverridePeriod (one year).
 func TestOverridePeriodBounded(t *testing.T) {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -34,12 +33,11 @@ import (
 // (the limiter's shared clock), so the window recorded is the one counted.
 //
 // The value is the limit's counter value (the request's, or the shared
-// wildcard of a share_threshold level): the entry's value for a one-entry
-// descriptor, "key=value" pairs joined by ", " otherwise, through
-// wire.Value: a value longer than wire.MaxQuotaValueBytes, or holding NUL
-// or invalid UTF-8, is recorded as its first bytes (cleaned), "…" and 16
-// hex digits of its SHA-256, so distinct values stay distinct and the
-// console can store every one.
+// wildcard of a share_threshold level), named as stats name it (valueOf): a
+// value longer than wire.MaxQuotaValueBytes, or holding NUL or invalid
+// UTF-8, is recorded as its first bytes (cleaned), "…" and 16 hex digits of
+// its SHA-256, so distinct values stay distinct and the console can store
+// every one.
 //
 // Bounds: the engine holds at most QuotaMaxEntries distinct (limit, value,
 // period) entries not yet taken; from QuotaSoftEntries on it signals
@@ -114,7 +112,7 @@ func (q *quotas) count(req *Request, res *Result) {
 			domain = req.Domain
 		}
 		q.add(quotaKey{domain: domain, rule: l.Name, unit: l.Unit, start: start.Unix(),
-			value: quotaValue(l.CounterEntries(req.Descriptors[i].Entries, nil))}, h, int64(l.RequestsPerUnit))
+			value: valueOf(l.CounterEntries(req.Descriptors[i].Entries, nil))}, h, int64(l.RequestsPerUnit))
 	}
 }
 
@@ -140,26 +138,6 @@ func (q *quotas) add(k quotaKey, hits, limit int64) {
 	e.hits += hits
 	e.limit = limit
 	q.m[k] = e
-}
-
-// quotaValue names a counter value in quota usage (see the bounds above).
-func quotaValue(entries []rules.Entry) string {
-	var v string
-	if len(entries) == 1 {
-		v = entries[0].Value
-	} else {
-		var b strings.Builder
-		for i, e := range entries {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(e.Key)
-			b.WriteByte('=')
-			b.WriteString(e.Value)
-		}
-		v = b.String()
-	}
-	return wire.Value(v)
 }
 
 // TakeQuota removes and returns up to limit recorded quota usage entries

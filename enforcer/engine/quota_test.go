@@ -198,3 +198,45 @@ func TestQuotaLongValuesAndBound(t *testing.T) {
 		t.Errorf("past the bound: %d entries, %d dropped, more %v; want %d, 10, false", len(usage), dropped, more, engine.QuotaMaxEntries)
 	}
 }
+
+// TestQuotaAndStatsNameValuesAlike: a descriptor of several entries, longer
+// than wire.MaxValueBytes, has one name in quota usage and in the top
+// limited values, and two such descriptors that differ only past the bound
+// stay distinct in both.
+func TestQuotaAndStatsNameValuesAlike(t *testing.T) {
+	t.Parallel()
+	eng := engine.New(limiter.NewLocal(limiter.LocalOptions{}), "")
+	const yaml = `domain: bill
+descriptors:
+  - key: account
+    descriptors:
+      - key: user
+        rate_limit: {unit: month, requests_per_unit: 1, name: monthly}
+        algorithm: fixed_window
+        calendar: true
+`
+	if err := eng.Apply(1, compile(t, yaml)); err != nil {
+		t.Fatal(err)
+	}
+	account := strings.Repeat("a", wire.MaxValueBytes)
+	for _, user := range []string{"u1", "u2"} {
+		r := billReq([]rules.Entry{{Key: "account", Value: account}, {Key: "user", Value: user}})
+		for range 2 { // the first admitted, the second limited
+			check(t, eng, r)
+		}
+	}
+	usage, _, _ := eng.TakeQuota(0)
+	quota := map[string]bool{}
+	for _, u := range usage {
+		quota[u.Value] = true
+	}
+	limited := map[string]bool{}
+	for _, r := range eng.TakeStats() {
+		for _, v := range r.TopLimited {
+			limited[v.Value] = true
+		}
+	}
+	if len(quota) != 2 || fmt.Sprint(quota) != fmt.Sprint(limited) {
+		t.Errorf("quota usage values %v, top limited values %v; want the same two", quota, limited)
+	}
+}

@@ -18,11 +18,8 @@ const (
 	// value beyond either bound is counted in the rule's Limited without
 	// its value. The tracked values hold about 140 bytes each at 16-byte
 	// values (9 MB when full; BenchmarkValueSketchMemory), at most about
-	// 25 MB at maxValueBytes.
+	// 25 MB at wire.MaxValueBytes.
 	maxTrackedValues = 65536
-	// maxValueBytes is how much of a descriptor of several entries
-	// valueOf joins before wire.Value shortens it.
-	maxValueBytes = wire.MaxValueBytes
 )
 
 // ruleStats counts one rule's decisions since the last TakeStats.
@@ -110,30 +107,25 @@ func (st *stats) addValue(rs *ruleStats, entries []rules.Entry) {
 	st.tracked++
 }
 
-// valueOf names a request descriptor in Values and TopLimited: the value
-// of a one-entry descriptor, key=value pairs joined by ", " otherwise (cut
-// once past maxValueBytes); through wire.Value, so NUL, invalid UTF-8 or a
-// long value is never sent as it came.
+// valueOf names a descriptor's value where stats (Values, TopLimited) and
+// quota usage report it: the value of a one-entry descriptor, key=value
+// pairs joined by ", " otherwise; through wire.Value, so NUL, invalid UTF-8
+// or a long value is never sent as it came, and distinct descriptors stay
+// distinct.
 func valueOf(entries []rules.Entry) string {
-	var v string
 	if len(entries) == 1 {
-		v = entries[0].Value
-	} else {
-		var b strings.Builder
-		for i, e := range entries {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(e.Key)
-			b.WriteByte('=')
-			b.WriteString(e.Value)
-			if b.Len() > maxValueBytes {
-				break
-			}
-		}
-		v = b.String()
+		return wire.Value(entries[0].Value)
 	}
-	return wire.Value(v)
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(e.Key)
+		b.WriteByte('=')
+		b.WriteString(e.Value)
+	}
+	return wire.Value(b.String())
 }
 
 // TakeStats returns the decisions counted per rule since its previous call

@@ -1,4 +1,4 @@
-//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+//lint:file-ignore SA1019 Sluice uses nhooyr.io/websocket, deprecated in favour of its maintained twin github.com/coder/websocket
 
 package middleware_test
 
@@ -309,7 +309,7 @@ func TestNodeFollowsTheConsole(t *testing.T) {
 }
 
 // TestValueOverTheBoundsIsRefused: a header value over the engine's bound
-// of one request gets 400, not a pass around its limits (issue 13).
+// of one request gets 400, not a pass around its limits.
 func TestValueOverTheBoundsIsRefused(t *testing.T) {
 	eng := newEngine(t)
 	apply(t, eng)

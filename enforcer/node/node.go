@@ -28,31 +28,37 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// Config is what a node is built from; the fields mean what the enforcer's
-// flags of the same names mean.
+// Config is what a node is built from: by enforcer.Run (the `sluice
+// enforcer` flags, embedded in enforcer.Config) and by middleware.NewNode.
 type Config struct {
-	// ConsoleURL is the console's base URL, or several replicas' separated
-	// by commas; NodeToken a token with role node. ConsoleURL or RulesDir
-	// is required, and only one of them.
+	// ConsoleURL is the console's base URL (http:// or https://), or the
+	// base URLs of several console replicas separated by commas, tried in
+	// order. ConsoleURL or RulesDir is required, and only one of them.
 	ConsoleURL string
-	NodeToken  string
-	// RulesDir turns on file mode: no console, the rules come from the
-	// domain files in this directory (see Files). NodeToken, StateDir and
-	// Labels do not apply, and nothing is reported to a console.
+	// NodeToken is the API token, with role node, the node presents to the
+	// console.
+	NodeToken string
+	// RulesDir, instead of ConsoleURL, turns on file mode: no console, the
+	// rules are the domain files in this directory (see Files), reloaded
+	// when they change. NodeToken, StateDir and Labels do not apply, and
+	// nothing is reported to a console.
 	RulesDir string
 	// NodeID names the node in the console; the hostname when empty.
 	NodeID string
-	// RedisURL is the counter store (see limiter.NewClient). Required.
+	// RedisURL is the counter store, in any form limiter.NewClient takes
+	// (redis://host:port/db, host:port cluster seeds separated by commas,
+	// redis+cluster://..., redis+sentinel://s1:p1,s2:p2/MASTER). Required.
 	RedisURL string
-	// StateDir keeps the last applied ruleset so a restart enforces before
-	// the console answers; empty keeps nothing.
+	// StateDir keeps the last applied snapshot (subscriber.StateFile) so a
+	// restart enforces before the console answers; empty keeps nothing.
 	StateDir string
-	// KeyPrefix starts every Redis key; engine.DefaultKeyPrefix when empty.
+	// KeyPrefix starts every Redis key; engine.DefaultKeyPrefix ("sluice:")
+	// when empty. Tests set a unique one.
 	KeyPrefix string
 	// StoreTimeout bounds each step of a check's Redis call (connecting,
 	// waiting for a pooled connection, writing, reading);
-	// limiter.DefaultTimeout when zero. Past it the limit's failure mode
-	// answers.
+	// limiter.DefaultTimeout (50 ms) when zero. Past it the limit's failure
+	// mode answers.
 	StoreTimeout time.Duration
 	// Labels and Build are reported to the console in Hello.
 	Labels map[string]string

@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
-// TestOversizedSnapshotNacked (issue 13): a snapshot over
+// TestOversizedSnapshotNacked: a snapshot over
 // wire.MaxMessageBytes is nacked with the reason, on the same connection,
 // instead of the node reconnecting (and being sent it again) forever; the
 // next snapshot that fits is applied.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
@@ -57,18 +58,14 @@ func (s *Subscriber) LoadState() (int64, error) {
 // removeTemps deletes temporary files that a write interrupted by a crash
 // left behind; the state file itself is always whole.
 func removeTemps(dir string) {
-	temps, _ := filepath.Glob(filepath.Join(dir, tempPattern(StateFile)))
+	temps, _ := filepath.Glob(filepath.Join(dir, atomicfile.TempPattern(StateFile)))
 	for _, t := range temps {
 		os.Remove(t)
 	}
 }
 
-// tempPattern is the os.CreateTemp pattern of name's temporary files.
-func tempPattern(name string) string { return "." + name + ".*.tmp" }
-
-// persist writes snap to the state dir atomically: a temporary file in the
-// same directory, fsynced, renamed over the old one, then the directory
-// fsynced so the rename itself survives a crash.
+// persist writes snap to the state dir atomically (see atomicfile), so a
+// crash leaves the previous state file or the new one, never part of one.
 func (s *Subscriber) persist(snap *wire.Snapshot) error {
 	if s.cfg.StateDir == "" {
 		return nil
@@ -77,42 +74,11 @@ func (s *Subscriber) persist(snap *wire.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("encode snapshot: %w", err)
 	}
-	return writeFileAtomic(s.cfg.StateDir, StateFile, data)
-}
-
-func writeFileAtomic(dir, name string, data []byte) (err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, tempPattern(name))
-	if err != nil {
-		return fmt.Errorf("create temp file: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("rename state file: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open state dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync state dir: %w", err)
+	if err := atomicfile.WriteFile(filepath.Join(s.cfg.StateDir, StateFile), data, 0o600); err != nil {
+		return fmt.Errorf("write state file: %w", err)
 	}
 	return nil
 }

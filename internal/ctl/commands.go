@@ -4,14 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // printJSON prints v as indented JSON.
@@ -304,18 +305,9 @@ func auditExport(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	f, err := os.CreateTemp(filepath.Dir(file), ".sluice-audit-*.csv")
-	if err != nil {
-		return e.fail(err, nil)
-	}
-	defer os.Remove(f.Name())
-	err = e.client.AuditCSV(ctx, query(), f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), file)
-	}
+	// The file appears whole or not at all: a failed export leaves no
+	// partial CSV behind.
+	err := atomicfile.Write(file, 0o600, func(w io.Writer) error { return e.client.AuditCSV(ctx, query(), w) })
 	if err != nil {
 		return e.fail(err, nil)
 	}

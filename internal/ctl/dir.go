@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -197,28 +198,10 @@ func addFixedWindow(src []byte) (out []byte, changed bool, err error) {
 	return out, true, nil
 }
 
-// writeFile writes data to path through a temporary file in the same
-// directory and a rename, so a crash never leaves half a file.
+// writeFile replaces path with data atomically (see atomicfile), so a
+// crash never leaves half a file.
 func writeFile(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename, a no-op
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-// The impact preview in the publish dialog end to end (issue 19): a real
+// The impact preview in the publish dialog end to end: a real
 // console and Postgres, headless Chromium. The last hour of per-value
 // traffic is seeded as the rows nodes' reports become (preview_spans: the
 // Go tests run real enforcers through them); the editor lowers two limits

@@ -1,4 +1,4 @@
-// The Quotas page end to end (issue 19): a real console and enforcer, checks
+// The Quotas page end to end: a real console and enforcer, checks
 // through the enforcer's /json against a monthly calendar quota, the
 // enforcer stopped (its last usage goes out at shutdown), then headless
 // Chromium: the top consumers in order, one value against its limit, the

@@ -1,4 +1,4 @@
-// Staged rollout end to end (issue 19): a real console and two enforcers,
+// Staged rollout end to end: a real console and two enforcers,
 // one started with --labels canary=true. In headless Chromium an editor
 // lowers a limit in the form and publishes it staged to canary=true from
 // the publish dialog; only the canary enforces it (checks through /json);

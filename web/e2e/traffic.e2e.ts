@@ -1,4 +1,4 @@
-// The Live traffic page end to end (issue 14): a real console and enforcer,
+// The Live traffic page end to end: a real console and enforcer,
 // checks through the enforcer's /json so that one hot key gets 429s, and
 // headless Chromium watching the page: the chart's 429 series goes above
 // zero (read from the data given to uPlot and from the text summary, not

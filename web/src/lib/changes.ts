@@ -1,4 +1,4 @@
-// Words for the console's structured diff (issue 5's GET
+// Words for the console's structured diff (GET
 // /versions/{a}/diff/{b}): "limit_changed" with field before/after pairs
 // becomes "requests_per_unit 100 → 7". Pure, for vitest.
 import type { StructuredChange } from './api';

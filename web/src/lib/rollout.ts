@@ -1,4 +1,4 @@
-// Pure helpers for staged rollouts (issue 19): the publish dialog's label
+// Pure helpers for staged rollouts: the publish dialog's label
 // selector and the version page's canary-against-the-rest rates.
 import type { CohortPoint, Rollout } from './api';
 

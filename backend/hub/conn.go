@@ -1,0 +1,669 @@
+package hub
+
+//lint:file-ignore SA1019 Sluice uses nhooyr.io/websocket, deprecated in favour of its maintained twin github.com/coder/websocket
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"nhooyr.io/websocket"
+
+	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/rules/wire"
+)
+
+// conn is one node connection.
+type conn struct {
+	ws      *websocket.Conn
+	out     *joinWriter       // under ws's write buffer
+	tokenID int64             // the node token it authenticated with
+	secret  string            // and that token's secret, checked again (recheck)
+	labels  map[string]string // from hello; never changed
+	// sent is the newest version offered to (or already held by) the node;
+	// a version is never offered twice on one connection, so a nacked
+	// version is not pushed again in a loop.
+	sent atomic.Int64
+
+	wmu     sync.Mutex
+	next    *encoded // the latest version offered and not yet written; guarded by wmu
+	writing bool     // a writer goroutine runs; guarded by wmu
+	behind  int      // versions offered since the last write completed; guarded by wmu
+
+	ctx        context.Context // ends when the connection is dropped: aborts writes and pings
+	stopWriter context.CancelFunc
+	pinger     *time.Timer // the next keepalive ping
+	dropOnce   sync.Once
+	cause      closeError    // why the console closed the connection; set once, before dropped
+	dropped    atomic.Bool   // drop was called
+	closed     chan struct{} // closed once the websocket is closed
+
+	mu        sync.Mutex // guards the fields below
+	node      store.Node
+	dirty     bool      // a change that must be written at the next flush
+	soft      bool      // only last_seen or rates changed
+	persisted time.Time // when the row was last handed to the store
+	written   bool      // SaveNodes wrote this connection's row
+	heard     time.Time // when the node last sent a message or a pong (for pings)
+	// ranBefore is the version the node ran before it applied its current
+	// one at switchedAt (for stats cohorts).
+	ranBefore  int64
+	switchedAt time.Time
+
+	// cats are the catalogs of the versions sent to the node (input.go);
+	// catView lists them for Clean, replaced whenever they change.
+	cats    []versionCatalog
+	catView []*wire.Catalog
+
+	job decodeJob // the read loop's message at the decoders
+}
+
+// closeError is how and why the console closed a connection.
+type closeError struct {
+	code   websocket.StatusCode
+	reason string
+}
+
+func (e closeError) Error() string {
+	if e.reason == "" {
+		return fmt.Sprintf("closed (%d)", int(e.code))
+	}
+	return fmt.Sprintf("closed (%d): %s", int(e.code), e.reason)
+}
+
+// drop closes the connection with code and reason, once, without waiting:
+// a writer blocked on a slow node is aborted, and the close handshake runs
+// in the background.
+func (c *conn) drop(code websocket.StatusCode, reason string) {
+	c.dropOnce.Do(func() {
+		c.cause = closeError{code: code, reason: wire.Cut(reason, 120)}
+		c.dropped.Store(true)
+		c.stopWriter()
+		c.pinger.Stop()
+		go func() {
+			c.ws.Close(code, c.cause.reason)
+			close(c.closed)
+		}()
+	})
+}
+
+// row returns a copy of the node's registry row; caller holds c.mu. The
+// pointer fields are replaced, never modified in place, so sharing them
+// is safe.
+func (c *conn) row() store.Node { return c.node }
+
+// Serve upgrades a request authenticated by node token tokenID with secret
+// (as actor)
+// to a node stream and returns; the stream runs in its own goroutine until
+// the node goes away, the node is dropped or the hub stops (Run waits for
+// it). The token is bound to the first node id it says hello with and
+// refused for any other (store.ClaimNode).
+func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, secret string, actor store.Actor) {
+	h.mu.Lock()
+	stopped := h.stopped
+	if !stopped {
+		h.wg.Add(1)
+	}
+	h.mu.Unlock()
+	if stopped {
+		http.Error(w, `{"error":{"code":"unavailable","message":"the console is not accepting nodes"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	// Compression stays off (the default, said here so it stays so): a
+	// deflate context per connection would cost more than the snapshots
+	// it saves.
+	sb := &smallBuffers{ResponseWriter: w}
+	ws, err := websocket.Accept(sb, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		h.wg.Done()
+		return // Accept has written the HTTP error
+	}
+	ws.SetReadLimit(wire.MaxNodeMessageBytes)
+	// The connection outlives the handler: a fresh goroutine holds a
+	// shallow stack instead of the HTTP server's and the router's frames,
+	// and the request (headers, router context) can be collected.
+	go h.serve(ws, sb.out, r.RemoteAddr, tokenID, secret, actor)
+}
+
+// serve runs one accepted node stream until it closes.
+func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, addr string, tokenID int64, secret string, actor store.Actor) {
+	wctx, stopWriter := context.WithCancel(context.Background())
+	c := &conn{ws: ws, out: out, tokenID: tokenID, secret: secret, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
+	// Armed before anyone else sees c; the first ping comes after the
+	// hello deadline.
+	c.pinger = time.AfterFunc(h.pingInterval, func() { h.ping(c) })
+
+	if err := h.open(c, addr, tokenID, actor); err != nil {
+		h.finish(c, addr, err)
+		return
+	}
+	// The read loop runs for the connection's life on a goroutine of its
+	// own: the hello's database calls grew this one's stack, and a
+	// goroutine keeps its stack while it runs.
+	go func() {
+		err := h.read(context.Background(), c) // reads end when the websocket closes
+		h.unregister(c)
+		h.finish(c, addr, err)
+	}()
+}
+
+// finish closes a connection that ended with err (see open and read) and
+// logs why.
+func (h *Hub) finish(c *conn, addr string, err error) {
+	defer h.wg.Done()
+	var ce closeError
+	if errors.As(err, &ce) {
+		c.drop(ce.code, ce.reason)
+	} else {
+		// The node closed the connection, or it failed: nothing to tell.
+		c.drop(websocket.StatusNormalClosure, "")
+	}
+	<-c.closed
+	switch {
+	case c.node.ID == "":
+		h.nodeLog(tokenKey(c.tokenID), slog.LevelWarn, "node refused", "address", addr, "error", err)
+	case err == nil:
+		h.nodeLog(c.node.ID, slog.LevelInfo, "node disconnected", "node_id", c.node.ID)
+	default:
+		h.nodeLog(c.node.ID, slog.LevelInfo, "node disconnected", "node_id", c.node.ID, "reason", err.Error())
+	}
+}
+
+// open handles a connection's hello: it binds the token, registers the
+// node and offers it the snapshot it should run. Like read, it returns a
+// closeError when the console must close with a specific code, or another
+// error when the connection failed; the node is registered only when it
+// returns nil.
+func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error {
+	hello, err := readHello(c.ws)
+	if err != nil {
+		return err
+	}
+	// Before register: a token bound to another node id must not replace
+	// (and so kick off) the connection of the node that has this id.
+	fleet, err := h.claim(tokenID, hello.NodeID, actor)
+	if err != nil {
+		return err
+	}
+	if fleet { // connected to another replica?
+		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+		live, err := h.store.NodeLive(ctx, hello.NodeID, h.id, time.Now().Add(-StaleAfter))
+		cancel()
+		if err != nil {
+			h.log.Error("check fleet node id", "node_id", hello.NodeID, "error", err)
+			return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node id"}
+		}
+		if live {
+			return duplicateNode(hello.NodeID)
+		}
+	}
+	// What the node runs decides what its reports may name.
+	cctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	cat, err := h.catalog(cctx, hello.AppliedVersion)
+	cancel()
+	if err != nil {
+		h.log.Error("load the ruleset a node runs", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "error", err)
+		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
+	}
+	c.mu.Lock() // the pinger may run already
+	c.heard = time.Now()
+	now := c.heard.UTC()
+	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
+		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
+		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
+	c.labels = hello.Labels
+	c.dirty = true
+	c.addCatalog(hello.AppliedVersion, cat)
+	c.mu.Unlock()
+	c.sent.Store(hello.AppliedVersion)
+
+	// Register before reading the latest version, so that a version
+	// published meanwhile is offered by Notify if not by us. A fleet
+	// token's node never replaces a connected node of the same id.
+	switch h.register(c, fleet) {
+	case registerStopped:
+		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
+	case registerDuplicate:
+		return duplicateNode(hello.NodeID)
+	}
+
+	registered := h.gen.Load()
+	h.nodeLog(hello.NodeID, slog.LevelInfo, "node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion,
+		"address", addr, "build", hello.Build)
+
+	pl, err := h.planSince(context.Background(), registered)
+	if err != nil {
+		h.unregister(c)
+		h.log.Error("load snapshot for node", "node_id", hello.NodeID, "error", err)
+		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
+	}
+	if hello.AppliedVersion > pl.state.Head {
+		h.nodeLog(hello.NodeID, slog.LevelWarn, "node runs a version newer than the console's latest", "node_id", hello.NodeID,
+			"applied_version", hello.AppliedVersion, "latest_version", pl.state.Head)
+	}
+	c.offer(h, pl.forNode(c.labels))
+	return nil
+}
+
+// claim binds the node token to nodeID (see store.ClaimNode); fleet is
+// true for a fleet token, which is never bound.
+func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) (fleet bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	fleet, err = h.store.ClaimNode(ctx, tokenID, nodeID, actor)
+	var nb *store.NodeBoundError
+	switch {
+	case errors.As(err, &nb):
+		return fleet, closeError{code: wire.CloseNodeBound, reason: nb.Error()}
+	case err != nil:
+		h.log.Error("bind node token", "node_id", nodeID, "error", err)
+		return fleet, closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
+	}
+	return fleet, nil
+}
+
+func duplicateNode(id string) closeError {
+	return closeError{code: wire.CloseDuplicateNode, reason: fmt.Sprintf("node id %q is connected already; node ids must be unique", id)}
+}
+
+// readHello reads and checks the first message.
+func readHello(ws *websocket.Conn) (*wire.Hello, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	typ, data, err := ws.Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	if typ != websocket.MessageText {
+		return nil, closeError{code: websocket.StatusUnsupportedData, reason: "messages must be JSON text"}
+	}
+	msg, err := wire.Decode(data)
+	if err != nil {
+		return nil, closeError{code: websocket.StatusPolicyViolation, reason: "malformed hello: " + err.Error()}
+	}
+	hello, ok := msg.(*wire.Hello)
+	if !ok {
+		return nil, closeError{code: websocket.StatusPolicyViolation, reason: "the first message must be a hello"}
+	}
+	if err := wire.CheckProtocol(hello.Protocol); err != nil {
+		return nil, closeError{code: wire.CloseUnsupportedProtocol, reason: err.Error()}
+	}
+	if err := hello.Validate(); err != nil {
+		return nil, closeError{code: websocket.StatusPolicyViolation, reason: err.Error()}
+	}
+	return hello, nil
+}
+
+func newSession() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// offer sends snap to c unless c has it or was offered it already, without
+// waiting: a writer goroutine runs while there is something to write, and
+// a version offered while an older one is still waiting replaces it. A
+// node offered more than behindLimit versions while one write to it is in
+// progress is dropped: it reconnects and gets the latest snapshot then.
+func (c *conn) offer(h *Hub, snap *encoded) {
+	for {
+		sent := c.sent.Load()
+		if snap.version <= sent {
+			return
+		}
+		if c.sent.CompareAndSwap(sent, snap.version) {
+			break
+		}
+	}
+	c.mu.Lock()
+	c.addCatalog(snap.version, snap.catalog)
+	c.mu.Unlock()
+	c.wmu.Lock()
+	c.next = snap
+	start := !c.writing
+	c.writing = true
+	c.behind++
+	behind := c.behind
+	c.wmu.Unlock()
+	if start {
+		go h.write(c)
+	}
+	if behind > behindLimit {
+		h.nodeLog(c.node.ID, slog.LevelWarn, "node too far behind; dropping its connection", "node_id", c.node.ID, "version", snap.version)
+		c.drop(websocket.StatusTryAgainLater, "too far behind; reconnect for the latest snapshot")
+	}
+}
+
+// write sends the offered snapshots until none is waiting, or the
+// connection is dropped. A write that times out drops the node.
+func (h *Hub) write(c *conn) {
+	for {
+		c.wmu.Lock()
+		m := c.next
+		c.next = nil
+		if m == nil || c.ctx.Err() != nil {
+			c.writing = false
+			c.wmu.Unlock()
+			return
+		}
+		c.wmu.Unlock()
+		// The deadline is a timer that drops the node, not a context
+		// derived from c.ctx: each derived context would leave a children
+		// map on c.ctx for the connection's life.
+		deadline := time.AfterFunc(h.writeTimeout, func() {
+			h.nodeLog(c.node.ID, slog.LevelInfo, "send snapshot timed out; dropping the node", "node_id", c.node.ID, "version", m.version)
+			c.drop(websocket.StatusTryAgainLater, "write timed out")
+		})
+		if len(m.data) > writeBufferSize {
+			c.out.arm()
+		}
+		err := c.ws.Write(c.ctx, websocket.MessageText, m.data)
+		if rerr := c.out.release(); err == nil {
+			err = rerr
+		}
+		deadline.Stop()
+		c.wmu.Lock()
+		c.behind = 0
+		c.wmu.Unlock()
+		if err != nil {
+			if c.ctx.Err() == nil {
+				h.nodeLog(c.node.ID, slog.LevelInfo, "send snapshot failed; dropping the node", "node_id", c.node.ID, "version", m.version, "error", err)
+				c.drop(websocket.StatusTryAgainLater, "write failed")
+			}
+			c.wmu.Lock()
+			c.writing = false
+			c.wmu.Unlock()
+			return
+		}
+	}
+}
+
+// ping sends a keepalive ping to a node that sent nothing for
+// pingInterval and waits for its pong (writes go on meanwhile), then arms
+// the next one; a ping that times out drops the node. A node that reports
+// stats every second is never pinged: its messages show it is there. It
+// runs on the pinger timer's goroutine, so a connection holds no goroutine
+// for its keepalive between pings.
+func (h *Hub) ping(c *conn) {
+	c.mu.Lock()
+	quiet := time.Since(c.heard)
+	c.mu.Unlock()
+	if quiet < h.pingInterval {
+		c.pinger.Reset(h.pingInterval - quiet)
+		return
+	}
+	deadline := time.AfterFunc(h.writeTimeout, func() { c.drop(websocket.StatusGoingAway, "ping timed out") })
+	err := c.ws.Ping(c.ctx)
+	deadline.Stop()
+	if c.ctx.Err() != nil {
+		return // dropped
+	}
+	if err != nil {
+		c.drop(websocket.StatusGoingAway, "ping failed")
+		return
+	}
+	c.mu.Lock()
+	c.heard = time.Now()
+	c.node.LastSeen = c.heard.UTC()
+	c.soft = true
+	c.mu.Unlock()
+	c.pinger.Reset(h.pingInterval)
+}
+
+// readBuffers hold node messages while they are decoded: a connection
+// holds no read buffer of its own between messages, and ten thousand
+// stats reports a second allocate none. Decoded messages share no memory
+// with the buffer.
+var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putReadBuffer returns buf to readBuffers; a rare big one is dropped.
+func putReadBuffer(buf *bytes.Buffer) {
+	if buf != nil && buf.Cap() <= 64<<10 {
+		buf.Reset()
+		readBuffers.Put(buf)
+	}
+}
+
+// read handles acks, nacks and stats until the connection closes.
+func (h *Hub) read(ctx context.Context, c *conn) error {
+	for {
+		typ, r, err := c.ws.Reader(ctx)
+		if err == nil && typ != websocket.MessageText {
+			return closeError{code: websocket.StatusUnsupportedData, reason: "messages must be JSON text"}
+		}
+		var buf *bytes.Buffer
+		if err == nil {
+			buf = readBuffers.Get().(*bytes.Buffer)
+			_, err = buf.ReadFrom(r)
+		}
+		if err != nil {
+			putReadBuffer(buf)
+			if c.dropped.Load() {
+				return c.cause // the console closed it
+			}
+			switch websocket.CloseStatus(err) {
+			case websocket.StatusNormalClosure, websocket.StatusGoingAway:
+				return nil
+			}
+			return fmt.Errorf("read: %w", err)
+		}
+		q, err := h.apply(c, buf)
+		putReadBuffer(buf)
+		if err == nil && q != nil {
+			// On a goroutine of its own, for the same reason as decodeJob:
+			// recording a quota report takes database calls, deep.
+			done := make(chan error, 1)
+			go func() { done <- h.quota(ctx, c, q) }()
+			err = <-done
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// decodeJob is one node message handed to the decoders: a connection's
+// read loop waits while its message is decoded and applied elsewhere, so
+// its own stack stays as shallow as reading needs (a decode grew it to
+// 8 KiB, which it kept while parked for the next message: 40 % of what a
+// connection costs the console).
+type decodeJob struct {
+	c     *conn
+	data  *bytes.Buffer
+	quota *wire.Quota // out: a quota report, for the read loop (it writes)
+	err   error       // out
+	done  chan struct{}
+}
+
+// decodeLoop decodes and applies the jobs it receives until Run ends.
+func (h *Hub) decodeLoop() {
+	for {
+		select {
+		case <-h.decodersStop:
+			return
+		case j := <-h.decodes:
+			j.quota, j.err = h.decode(j.c, j.data.Bytes())
+			j.done <- struct{}{}
+		}
+	}
+}
+
+// apply decodes and applies one message of c, on a decoder while Run's
+// decoders run (here otherwise); it returns a quota report for the caller
+// to handle.
+func (h *Hub) apply(c *conn, data *bytes.Buffer) (*wire.Quota, error) {
+	if !h.decoding.Load() {
+		return h.decode(c, data.Bytes())
+	}
+	if c.job.done == nil {
+		c.job = decodeJob{c: c, done: make(chan struct{}, 1)}
+	}
+	c.job.data = data
+	select {
+	case h.decodes <- &c.job:
+		<-c.job.done
+		return c.job.quota, c.job.err
+	case <-h.decodersStop:
+		return h.decode(c, data.Bytes())
+	}
+}
+
+// decode decodes one message of c and applies it, except a quota report,
+// which it returns. Its error is the one to close the connection with.
+func (h *Hub) decode(c *conn, data []byte) (*wire.Quota, error) {
+	msg, err := wire.Decode(data)
+	if errors.Is(err, wire.ErrUnknownType) {
+		// A newer node may send messages this console does not know.
+		h.nodeLog(c.node.ID, slog.LevelDebug, "ignoring unknown message from node", "node_id", c.node.ID, "error", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, closeError{code: websocket.StatusPolicyViolation, reason: "malformed message: " + err.Error()}
+	}
+	if q, ok := msg.(*wire.Quota); ok {
+		return q, nil
+	}
+	return nil, h.handle(c, msg)
+}
+
+// handle applies one message from a node to its registry entry.
+func (h *Hub) handle(c *conn, msg any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heard = time.Now()
+	now := c.heard.UTC()
+	c.node.LastSeen = now
+	c.soft = true
+	switch m := msg.(type) {
+	case *wire.Ack:
+		if m.Version <= 0 || m.Version > c.sent.Load() {
+			return closeError{code: websocket.StatusPolicyViolation, reason: fmt.Sprintf("ack for version %d, which was not sent", m.Version)}
+		}
+		if m.Version != c.node.AppliedVersion && h.log.Enabled(context.Background(), slog.LevelDebug) {
+			// Debug: a rollout to a thousand nodes is a thousand acks; the
+			// registry and the versions API tell the story.
+			h.log.Debug("node applied version", "node_id", c.node.ID, "version", m.Version)
+		}
+		if m.Version != c.node.AppliedVersion {
+			c.ranBefore, c.switchedAt = c.node.AppliedVersion, now
+		}
+		c.node.AppliedVersion = m.Version
+		c.pruneCatalogs()
+		if c.node.NackVersion != nil && *c.node.NackVersion <= m.Version {
+			c.node.NackVersion, c.node.NackError, c.node.NackedAt = nil, "", nil
+		}
+	case *wire.Nack:
+		if m.Version <= 0 || m.Version > c.sent.Load() {
+			return closeError{code: websocket.StatusPolicyViolation, reason: fmt.Sprintf("nack for version %d, which was not sent", m.Version)}
+		}
+		if m.Version <= c.node.AppliedVersion {
+			return nil // it runs something newer already
+		}
+		v := m.Version
+		// The error is the node's free text: NUL or invalid UTF-8 in it
+		// must not make its registry row unwritable.
+		m.Error = wire.CleanText(m.Error)
+		c.node.NackVersion, c.node.NackError, c.node.NackedAt = &v, wire.Cut(m.Error, maxNackError), &now
+		h.nodeLog(c.node.ID, slog.LevelWarn, "node rejected version", "node_id", c.node.ID, "version", m.Version,
+			"applied_version", c.node.AppliedVersion, "error", wire.Cut(m.Error, 500))
+	case *wire.Stats:
+		// Rows the node's versions do not have, or that could not be
+		// stored, are dropped; a malformed report as a whole is refused.
+		cl, err := m.Clean(c.catView...)
+		if err != nil {
+			if h.stats != nil {
+				h.stats.Refused("invalid")
+			}
+			return closeError{code: websocket.StatusPolicyViolation, reason: err.Error()}
+		}
+		h.noteCleaning(c, "stats", cl)
+		c.node.Rates = rates(m, now)
+		if h.stats != nil {
+			// A refused report is counted by the sink and never
+			// aggregated; the node stays connected for its snapshots.
+			ingest := h.stats.Ingest
+			if h.inCanary(c, m.IntervalMS, now) {
+				ingest = h.stats.IngestCanary
+			}
+			if err := ingest(m, now); err != nil {
+				h.nodeLog(c.node.ID, slog.LevelDebug, "stats report refused", "node_id", c.node.ID, "error", err)
+			}
+		}
+		return nil // soft: written at most every softFlushEvery
+	default:
+		return closeError{code: websocket.StatusPolicyViolation, reason: fmt.Sprintf("unexpected %s message from a node", wireType(msg))}
+	}
+	if !c.dirty {
+		c.dirty = true
+		h.changed()
+	}
+	return nil
+}
+
+func wireType(msg any) string {
+	switch msg.(type) {
+	case *wire.Hello:
+		return wire.TypeHello
+	case *wire.Snapshot:
+		return wire.TypeSnapshot
+	}
+	return fmt.Sprintf("%T", msg)
+}
+
+// recheckLoop checks the tokens of the open connections every
+// recheckEvery until ctx ends.
+func (h *Hub) recheckLoop(ctx context.Context) {
+	tick := time.NewTicker(h.recheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := h.recheck(ctx); err != nil && ctx.Err() == nil {
+				h.log.Warn("check node tokens", "error", err)
+			}
+		}
+	}
+}
+
+// recheck closes, with wire.CloseRevoked, every connection whose node
+// token stopped working. One query covers every connection of the replica.
+func (h *Hub) recheck(ctx context.Context) error {
+	h.mu.Lock()
+	conns := make([]*conn, 0, len(h.conns))
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	if len(conns) == 0 {
+		return nil
+	}
+	secrets := make([]string, 0, len(conns))
+	seen := make(map[string]bool, len(conns))
+	for _, c := range conns {
+		if !seen[c.secret] {
+			seen[c.secret] = true
+			secrets = append(secrets, c.secret)
+		}
+	}
+	live, err := h.store.LiveTokens(ctx, secrets)
+	if err != nil {
+		return err
+	}
+	for _, c := range conns {
+		if t, ok := live[c.secret]; !ok || t.EffectiveRole != store.RoleNode {
+			h.log.Info("node token revoked; closing its connection", "node_id", c.node.ID, "token_id", c.tokenID)
+			c.drop(wire.CloseRevoked, "node token revoked")
+		}
+	}
+	return nil
+}
