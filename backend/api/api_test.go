@@ -333,6 +333,7 @@ func (f *fixture) seedScenarios(t *testing.T) {
 
 // TestRouteAccess probes every route with every credential.
 func TestRouteAccess(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.seedScenarios(t)
 	for _, s := range scenarios {
@@ -364,6 +365,7 @@ func excerpt(s string) string {
 // TestEveryRouteHasScenario fails when a route is added without a scenario
 // in TestRouteAccess, or a scenario names a route that does not exist.
 func TestEveryRouteHasScenario(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	have := map[string]bool{}
 	for _, s := range scenarios {
@@ -389,6 +391,7 @@ func TestEveryRouteHasScenario(t *testing.T) {
 // TestOpenAPIMatchesRoutes fails when a route is missing from the OpenAPI
 // document or the document lists one that does not exist.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var doc struct {
 		OpenAPI string                                `json:"openapi"`
@@ -437,6 +440,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // TestOpenAPIRefsResolve checks that every $ref in the document points at
 // a component that exists.
 func TestOpenAPIRefsResolve(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	_, body := f.call(t, "GET", "/api/v1/openapi.json", "", "")
 	var doc map[string]any

@@ -15,6 +15,7 @@ import (
 )
 
 func TestStatsQueriesRefuseBadRanges(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	now := time.Now().UTC()
 	at := func(d time.Duration) string { return url.QueryEscape(now.Add(d).Format(time.RFC3339)) }
@@ -46,6 +47,7 @@ func TestStatsQueriesRefuseBadRanges(t *testing.T) {
 }
 
 func TestAlertSettings(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	tests := []struct {
 		name, body string
@@ -89,6 +91,7 @@ func TestAlertSettings(t *testing.T) {
 }
 
 func TestMetricsAuth(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t) // /metrics open: the default
 	if status, _ := f.call(t, "GET", "/metrics", "", ""); status != http.StatusOK {
 		t.Errorf("open /metrics = %d, want 200", status)

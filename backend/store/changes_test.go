@@ -17,6 +17,7 @@ func requireApproval(t *testing.T, st *store.Store, on bool) {
 }
 
 func TestFourEyes(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	v1 := publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 1)})
@@ -129,6 +130,7 @@ func TestFourEyes(t *testing.T) {
 }
 
 func TestProposeChecksNow(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 1)})

@@ -34,6 +34,7 @@ func domainYAML(name string, n int) string {
 // conflict: versions must be contiguous, every change present, the audit
 // chain intact.
 func TestConcurrentPublish(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	const publishers, each = 20, 3
@@ -97,6 +98,7 @@ func TestConcurrentPublish(t *testing.T) {
 
 // TestAuditTamperDetected edits a row behind the trigger's back.
 func TestAuditTamperDetected(t *testing.T) {
+	t.Parallel()
 	st, url := open(t)
 	ctx := context.Background()
 	for i := range 3 {
@@ -141,6 +143,7 @@ func TestAuditTamperDetected(t *testing.T) {
 }
 
 func TestRollbackRestoresContent(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	a := store.Actor{Name: "x"}

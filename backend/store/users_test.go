@@ -12,6 +12,7 @@ import (
 )
 
 func TestLastAdminKeepsTheKeys(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	root, err := st.CreateUser(ctx, "root", "password1", store.RoleAdmin, actor)
@@ -48,6 +49,7 @@ func TestLastAdminKeepsTheKeys(t *testing.T) {
 }
 
 func TestDisableEndsSessions(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	if _, err := st.CreateUser(ctx, "admin", "password0", store.RoleAdmin, actor); err != nil {
@@ -85,6 +87,7 @@ func TestDisableEndsSessions(t *testing.T) {
 }
 
 func TestPasswords(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	u, err := st.CreateUser(ctx, "dave", "password1", store.RoleViewer, actor)
@@ -123,6 +126,7 @@ func TestPasswords(t *testing.T) {
 }
 
 func TestSessionExpiry(t *testing.T) {
+	t.Parallel()
 	st, url := open(t)
 	ctx := context.Background()
 	u, err := st.CreateUser(ctx, "erin", "password1", store.RoleViewer, actor)
@@ -152,6 +156,7 @@ func TestSessionExpiry(t *testing.T) {
 }
 
 func TestTokens(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	tok, secret, err := st.CreateToken(ctx, "ci", store.RoleEditor, nil, store.Actor{Name: "token:boot#1", Owner: "user:root"})
