@@ -6,6 +6,7 @@
 #   make lint    go mod tidy -diff, go vet, staticcheck (no services needed)
 #   make ui-test the UI's tests alone: svelte-check, vitest, JS budget, Playwright e2e
 #   make build   UI (web/dist) + bin/sluice
+#   make generate  rewrite everything made from backend/api/openapi.yaml (run after editing it)
 #   make clean   remove build output (keeps node_modules and .data)
 #
 # scripts/services.sh finds or starts Postgres and Redis (DATABASE_URL and REDIS_URL
@@ -22,7 +23,7 @@ ENV := .data/env
 UI_SOURCES := $(shell find web/src web/public -type f 2>/dev/null) web/index.html \
 	package.json vite.config.ts tsconfig.json
 
-.PHONY: all build ui run test lint ui-test services stop-services clean clean-data
+.PHONY: all build ui run test lint ui-test generate services stop-services clean clean-data
 
 all: build
 
@@ -53,6 +54,17 @@ web/dist/index.html: node_modules/.installed $(UI_SOURCES)
 # enforcers on free ports, a fresh database). Screenshots: web/e2e/screenshots.
 ui-test: services build
 	. ./$(ENV) && bash scripts/ui-test.sh
+
+## Generated from the OpenAPI document ------------------------------------------------
+
+# backend/api/openapi.yaml is the one definition of the console's API. From
+# it come docs/api.md (internal/apidoc), the Go client types of sluice ctl
+# (internal/consoleapi, oapi-codegen) and the UI's types
+# (web/src/lib/api.gen.ts, openapi-typescript); tests fail while any of them
+# is stale, and every API test checks each answer against the document.
+generate: node_modules/.installed
+	$(GO) generate ./...
+	npm run generate
 
 ## Go ----------------------------------------------------------------------------------
 

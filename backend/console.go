@@ -18,8 +18,10 @@ import (
 
 	"github.com/sluicehq/sluice/backend/api"
 	"github.com/sluicehq/sluice/backend/hub"
+	"github.com/sluicehq/sluice/backend/sso"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/web"
 )
 
@@ -44,7 +46,47 @@ type Config struct {
 	// SpikeWarmup is how long a rule is watched before its spikes are
 	// judged (stats.DefaultSpikeWarmup when zero); tests shorten it.
 	SpikeWarmup time.Duration
+	// RedisURL is the counter store the enforcers count in, in the
+	// enforcer's --redis-url forms (standalone, Cluster, Sentinel), for the
+	// support desk's inspect and reset; empty leaves those answering 503.
+	RedisURL string
+	// KeyPrefix starts every counter key, as the enforcers' KeyPrefix
+	// does (engine.DefaultKeyPrefix when empty).
+	KeyPrefix string
+	// OIDC is the identity provider for single sign-on; an empty Issuer
+	// turns it off.
+	OIDC sso.Config
+	// PasswordLogin is api.PasswordLoginAll (also when empty) or
+	// api.PasswordLoginBreakGlass: then only BreakGlassUsers may sign in
+	// with a password, and everyone else through OIDC.
+	PasswordLogin   string
+	BreakGlassUsers []string
 }
+
+// ssoProvider checks the sign-in configuration and builds the identity
+// provider (nil when single sign-on is off).
+func ssoProvider(cfg Config) (*sso.Provider, error) {
+	switch cfg.PasswordLogin {
+	case "", api.PasswordLoginAll:
+	case api.PasswordLoginBreakGlass:
+		if cfg.OIDC.Issuer == "" {
+			return nil, errors.New("password login break-glass needs an OIDC issuer: otherwise only the break-glass users could sign in")
+		}
+		if len(cfg.BreakGlassUsers) == 0 {
+			return nil, errors.New("password login break-glass needs at least one break-glass user")
+		}
+	default:
+		return nil, fmt.Errorf("password login %q: want %s or %s", cfg.PasswordLogin, api.PasswordLoginAll, api.PasswordLoginBreakGlass)
+	}
+	if cfg.OIDC.Issuer == "" {
+		return nil, nil
+	}
+	return sso.New(cfg.OIDC)
+}
+
+// counterStoreTimeout bounds each step of a support-desk call to the
+// counter store: far above an enforcer's, since nobody's request waits.
+const counterStoreTimeout = time.Second
 
 // Run migrates the database, bootstraps the admin user if there are no
 // users, and serves until ctx ends. ready, if set, is called with the bound
@@ -52,6 +94,19 @@ type Config struct {
 // operator (a generated admin password) go to out.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready func(net.Addr)) error {
 	if err := api.CheckProxies(cfg.TrustedProxies); err != nil {
+		return err
+	}
+	var counters *limiter.Redis
+	if cfg.RedisURL != "" {
+		client, err := limiter.NewClient(cfg.RedisURL, limiter.WithTimeout(counterStoreTimeout), limiter.WithDialTimeout(counterStoreTimeout))
+		if err != nil {
+			return fmt.Errorf("counter store: %w", err)
+		}
+		defer client.Close()
+		counters = limiter.NewRedis(client)
+	}
+	idp, err := ssoProvider(cfg)
+	if err != nil {
 		return err
 	}
 	st, err := store.Open(ctx, cfg.DatabaseURL)
@@ -99,7 +154,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 		}
 	}()
 	handler := api.New(api.Config{Store: st, Hub: h, Stats: agg, Log: log, UI: web.Handler(), SecureCookies: cfg.SecureCookies,
-		TrustedProxies: cfg.TrustedProxies, MetricsAuth: cfg.MetricsAuth})
+		TrustedProxies: cfg.TrustedProxies, MetricsAuth: cfg.MetricsAuth, Counters: counters, KeyPrefix: cfg.KeyPrefix,
+		SSO: idp, PasswordLogin: cfg.PasswordLogin, BreakGlassUsers: cfg.BreakGlassUsers})
+	if idp != nil {
+		// Only a warning: sign-ins retry discovery, so a provider down now
+		// does not keep the console (or password break-glass) from working.
+		go func() {
+			if err := idp.Discover(bgCtx); err != nil {
+				log.Warn("identity provider not reachable; single sign-on retries at each sign-in", "issuer", cfg.OIDC.Issuer, "error", err)
+			}
+		}()
+	}
 
 	srv := &http.Server{
 		Handler:           handler,

@@ -19,6 +19,10 @@ const (
 	LimitRemoved              ChangeKind = "limit_removed"
 	LimitChanged              ChangeKind = "limit_changed"
 	RequestDescriptorsChanged ChangeKind = "request_descriptors_changed"
+	// Overrides (see Override): Path is the overridden entries.
+	OverrideAdded   ChangeKind = "override_added"
+	OverrideRemoved ChangeKind = "override_removed"
+	OverrideChanged ChangeKind = "override_changed"
 )
 
 // Change is one difference between two rulesets, for people to review
@@ -58,6 +62,8 @@ func (c Change) String() string {
 		return b.String()
 	case RequestDescriptorsChanged:
 		b.WriteString("request_descriptors changed")
+	case OverrideAdded, OverrideRemoved, OverrideChanged:
+		fmt.Fprintf(&b, "override %s %s", FormatEntries(c.Path), strings.TrimPrefix(string(c.Kind), "override_"))
 	default:
 		fmt.Fprintf(&b, "limit %s %s", c.Name, strings.TrimPrefix(string(c.Kind), "limit_"))
 	}
@@ -68,9 +74,9 @@ func (c Change) String() string {
 			b.WriteString(", ")
 		}
 		switch {
-		case c.Kind == LimitAdded:
+		case c.Kind == LimitAdded || c.Kind == OverrideAdded:
 			fmt.Fprintf(&b, "%s %s", f.Field, f.After)
-		case c.Kind == LimitRemoved:
+		case c.Kind == LimitRemoved || c.Kind == OverrideRemoved:
 			fmt.Fprintf(&b, "%s %s", f.Field, f.Before)
 		default:
 			fmt.Fprintf(&b, "%s %s → %s", f.Field, orNone(f.Before), orNone(f.After))
@@ -109,6 +115,60 @@ func Diff(old, new []*Domain) []Change {
 			}
 		}
 		changes = append(changes, limitChanges(name, limitsOf(a), limitsOf(b))...)
+		changes = append(changes, overrideChanges(name, a, b)...)
+	}
+	return changes
+}
+
+// overrideChanges lists the overrides added, removed and changed from a to
+// b (either may be nil), in the order of b's, then a's removed ones.
+func overrideChanges(domain string, a, b *Domain) []Change {
+	var before, after []Override
+	if a != nil {
+		before = a.Overrides
+	}
+	if b != nil {
+		after = b.Overrides
+	}
+	rate := func(o *Override) []string {
+		if o == nil {
+			return []string{"", ""}
+		}
+		return []string{string(o.Unit), strconv.FormatUint(uint64(o.RequestsPerUnit), 10)}
+	}
+	fields := func(x, y *Override) []FieldChange {
+		bx, by := rate(x), rate(y)
+		var fs []FieldChange
+		for i, f := range []string{"rate_limit.unit", "rate_limit.requests_per_unit"} {
+			if bx[i] != by[i] {
+				fs = append(fs, FieldChange{Field: f, Before: bx[i], After: by[i]})
+			}
+		}
+		return fs
+	}
+	old := make(map[string]*Override, len(before))
+	for i := range before {
+		old[entriesKey(before[i].Entries)] = &before[i]
+	}
+	var changes []Change
+	seen := make(map[string]bool, len(after))
+	for i := range after {
+		o := &after[i]
+		k := entriesKey(o.Entries)
+		seen[k] = true
+		switch prev := old[k]; {
+		case prev == nil:
+			changes = append(changes, Change{Kind: OverrideAdded, Domain: domain, Path: o.Entries, Fields: fields(nil, o)})
+		default:
+			if fs := fields(prev, o); len(fs) > 0 {
+				changes = append(changes, Change{Kind: OverrideChanged, Domain: domain, Path: o.Entries, Fields: fs})
+			}
+		}
+	}
+	for i := range before {
+		if o := &before[i]; !seen[entriesKey(o.Entries)] {
+			changes = append(changes, Change{Kind: OverrideRemoved, Domain: domain, Path: o.Entries, Fields: fields(o, nil)})
+		}
 	}
 	return changes
 }

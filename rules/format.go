@@ -176,6 +176,9 @@ func domainNode(d *Domain) *yaml.Node {
 	if len(d.Descriptors) > 0 {
 		m.add("descriptors", descriptorsNode(d.Descriptors))
 	}
+	if len(d.Overrides) > 0 {
+		m.add("overrides", overridesNode(d.Overrides))
+	}
 	return m.Node
 }
 

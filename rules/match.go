@@ -3,6 +3,7 @@ package rules
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -56,6 +57,18 @@ type Level struct {
 	Value          string
 	ValueToMetric  bool
 	ShareThreshold bool
+}
+
+// OverrideName is the Name of a limit a request asks for at request time
+// (Envoy's limit override) when no rule of its domain matched it: its
+// decisions are reported under this name.
+const OverrideName = "override"
+
+// Quota reports whether l is a quota: a fixed_window counted in UTC
+// calendar windows (day, week, month or year), whose admitted hits are
+// reported for billing.
+func (l *Limit) Quota() bool {
+	return l.Calendar && l.Algorithm == FixedWindow && l.Unit.Calendar() && !l.Unlimited
 }
 
 // BlocksAll reports whether l rejects every request: a limit of 0
@@ -129,6 +142,9 @@ type Set struct {
 type node struct {
 	limit    *Limit
 	children map[string]*keyNode // by entry key; nil for a leaf
+	// overrides replace limit for some exact request descriptors
+	// (overrides.go); nil without any.
+	overrides map[string]*overrideStep
 }
 
 // keyNode holds the descriptors of one key at one level.
@@ -174,6 +190,7 @@ func Compile(domains []*Domain) (*Set, error) {
 			s.defaults[d.Name] = d.DefaultAlgorithm
 		}
 		s.domains[d.Name] = &node{children: s.level(d.Name, d.DefaultAlgorithm, d.Descriptors, "", nil)}
+		s.addOverrides(d.Name, d.Overrides)
 		if len(d.RequestDescriptors) > 0 {
 			rds := make([]RequestDescriptor, len(d.RequestDescriptors))
 			for i, rd := range d.RequestDescriptors {
@@ -270,7 +287,21 @@ func newLimit(domain string, def Algorithm, name string, d *Descriptor, path []L
 // descriptor with no children, and a limit applies only if the last entry
 // lands on a descriptor that has one. An unlimited limit is returned with
 // Unlimited set. Match does not allocate.
+//
+// An override (see Override) of exactly these entries replaces the limit.
 func (s *Set) Match(domain string, entries []Entry) *Limit {
+	n := s.find(domain, entries)
+	if n == nil {
+		return nil
+	}
+	if n.overrides != nil {
+		return n.overridden(entries)
+	}
+	return n.limit
+}
+
+// find returns the node the last of entries lands on, as Match walks.
+func (s *Set) find(domain string, entries []Entry) *node {
 	if s == nil || len(entries) == 0 {
 		return nil
 	}
@@ -288,7 +319,7 @@ func (s *Set) Match(domain string, entries []Entry) *Limit {
 		case n == nil:
 			return nil
 		case i == len(entries)-1:
-			return n.limit
+			return n
 		case len(n.children) == 0:
 			return nil
 		}
@@ -334,6 +365,38 @@ func (s *Set) Domains() []string {
 		return nil
 	}
 	return slices.Clone(s.names)
+}
+
+// Limits returns every limit of the set, unlimited ones included, domain
+// by domain in name order (within a domain in no set order).
+func (s *Set) Limits() iter.Seq[*Limit] {
+	return func(yield func(*Limit) bool) {
+		if s == nil {
+			return
+		}
+		var walk func(n *node) bool
+		walk = func(n *node) bool {
+			if n.limit != nil && !yield(n.limit) {
+				return false
+			}
+			for _, k := range n.children {
+				for _, c := range k.exact {
+					if !walk(c) {
+						return false
+					}
+				}
+				if k.any != nil && !walk(k.any) {
+					return false
+				}
+			}
+			return true
+		}
+		for _, d := range s.names {
+			if !walk(s.domains[d]) {
+				return
+			}
+		}
+	}
 }
 
 // Len returns the number of limits in the set, unlimited ones included.

@@ -24,6 +24,9 @@ var (
 	onLimitFields           = fieldNames("on_limit")
 	requestDescriptorFields = fieldNames("request_descriptor")
 	requestEntryFields      = fieldNames("request_entry")
+	overrideFields          = fieldNames("override")
+	overrideEntryFields     = fieldNames("override_entry")
+	overrideRateFields      = fieldNames("override_rate_limit")
 )
 
 // maxProblems bounds the problems one Parse reports, so a huge broken file
@@ -186,6 +189,9 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 	}
 	if v := f["descriptors"]; !isNull(v) {
 		d.Descriptors = p.descriptors(v, "descriptors", 1)
+	}
+	if v := f["overrides"]; !isNull(v) {
+		d.Overrides = p.overrides(v, "overrides")
 	}
 	return d
 }

@@ -59,6 +59,9 @@ var objects = []*object{
 				doc: "How gateway mode builds a request's descriptors from an HTTP request, one item per descriptor."},
 			{name: "descriptors", kind: listKind, ref: "descriptor",
 				doc: "The descriptor tree: each request descriptor is matched down it, entry by entry."},
+			{name: "overrides", kind: listKind, ref: "override",
+				doc:   "Another rate for the request descriptors with exactly these entries: the limit they match, with its unit and requests_per_unit replaced. The console writes this section for its temporary overrides.",
+				extra: map[string]any{"maxItems": MaxOverrides}},
 		},
 	},
 	{
@@ -139,6 +142,37 @@ var objects = []*object{
 			"if":   map[string]any{"properties": map[string]any{"action": map[string]any{"const": string(Delay)}}, "required": []string{"action"}},
 			"then": map[string]any{"required": []string{"max_delay"}},
 			"else": map[string]any{"not": map[string]any{"required": []string{"max_delay"}}},
+		},
+	},
+	{
+		name:  "override",
+		title: "Override",
+		doc:   "Another rate for one request descriptor: every other setting of the limit it matches stays.",
+		fields: []field{
+			{name: "entries", kind: listKind, ref: "override_entry", required: true,
+				doc: "The request descriptor's entries, in order; it must match a limit.", extra: map[string]any{"minItems": 1, "maxItems": MaxDepth}},
+			{name: "rate_limit", kind: objectKind, ref: "override_rate_limit", required: true,
+				doc: "The rate those requests get instead of the matched limit's (burst: requests_per_unit)."},
+		},
+	},
+	{
+		name:  "override_entry",
+		title: "Override entry",
+		doc:   "One entry of an overridden request descriptor: a key and its exact value.",
+		fields: []field{
+			{name: "key", kind: textKind, required: true, doc: "The entry key."},
+			{name: "value", kind: textKind, required: true, doc: "The exact value (a * here is a plain character)."},
+		},
+	},
+	{
+		name:  "override_rate_limit",
+		title: "Override rate",
+		doc:   "requests_per_unit requests per unit.",
+		fields: []field{
+			{name: "unit", kind: enumKind, enum: unitNames(), required: true,
+				doc: "The period requests are counted over (case-insensitive)."},
+			{name: "requests_per_unit", kind: intKind, min: 0, max: MaxRequestsPerUnit, required: true,
+				doc: "Requests allowed per unit; 0 rejects every request."},
 		},
 	},
 	{

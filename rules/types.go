@@ -115,6 +115,9 @@ type Domain struct {
 	// send descriptors themselves and ignore it.
 	RequestDescriptors []RequestDescriptor
 	Descriptors        []Descriptor
+	// Overrides give the requests with exactly these entries another rate
+	// (see Override). The console writes them; file mode reads them too.
+	Overrides []Override
 }
 
 // Descriptor is one node of a domain's descriptor tree.

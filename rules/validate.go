@@ -93,12 +93,17 @@ func validate(d *Domain) []Problem {
 		}
 	}
 	c.requestDescriptors(d)
+	c.overrides(d)
 	return c.problems
 }
 
 func (c *checker) fail(path, msg string) {
 	c.problems = append(c.problems, Problem{Path: path, Message: msg})
 }
+
+// DomainNameProblem says what is wrong with a domain's name, or "" when
+// nothing is.
+func DomainNameProblem(name string) string { return domainNameProblem(name) }
 
 func domainNameProblem(name string) string {
 	switch {

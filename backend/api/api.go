@@ -15,8 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/backend/hub"
+	"github.com/sluicehq/sluice/backend/sso"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/enforcer/limiter"
 )
 
 // Body size limits. A domain's YAML travels inside a JSON body, so the
@@ -47,6 +49,20 @@ type Config struct {
 	// LoginThrottle decides sign-in attempts; nil means an in-process
 	// token bucket.
 	LoginThrottle Throttle
+	// Counters is the counter store the enforcers count in, for the
+	// support desk's inspect and reset; nil answers them 503.
+	Counters *limiter.Redis
+	// KeyPrefix starts every counter key, as the enforcers' does
+	// (engine.DefaultKeyPrefix when empty).
+	KeyPrefix string
+	// SSO signs staff in through an OpenID Connect provider; nil turns
+	// single sign-on off.
+	SSO *sso.Provider
+	// PasswordLogin is who may sign in with a password: PasswordLoginAll
+	// (also when empty) or PasswordLoginBreakGlass, which admits only
+	// BreakGlassUsers.
+	PasswordLogin   string
+	BreakGlassUsers []string
 }
 
 // API serves the console's HTTP routes.
@@ -59,6 +75,13 @@ type API struct {
 	engine   *gin.Engine
 	throttle Throttle
 	openapi  []byte
+	// inspector matches and reads counters for the support desk; nil
+	// without a counter store.
+	inspector *inspector
+	sso       *sso.Provider
+	// breakGlass, when not nil, is everyone who may still sign in with a
+	// password (PasswordLoginBreakGlass).
+	breakGlass map[string]bool
 
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
@@ -81,7 +104,13 @@ func CheckProxies(proxies []string) error {
 // New builds the router.
 func New(cfg Config) *API {
 	a := &API{store: cfg.Store, hub: cfg.Hub, stats: cfg.Stats, log: cfg.Log, secure: cfg.SecureCookies, engine: gin.New(),
-		throttle: cfg.LoginThrottle, openapi: openAPIJSON}
+		throttle: cfg.LoginThrottle, openapi: openAPIJSON, inspector: newInspector(cfg.Counters, cfg.KeyPrefix), sso: cfg.SSO}
+	if cfg.PasswordLogin == PasswordLoginBreakGlass {
+		a.breakGlass = map[string]bool{}
+		for _, u := range cfg.BreakGlassUsers {
+			a.breakGlass[u] = true
+		}
+	}
 	if a.throttle == nil {
 		a.throttle = newThrottle(nil)
 	}
@@ -103,6 +132,9 @@ func New(cfg Config) *API {
 			func() float64 { return float64(a.hub.Connected()) }))
 	if a.stats != nil {
 		reg.MustRegister(a.stats.Collectors()...)
+	}
+	if a.hub != nil {
+		reg.MustRegister(a.hub.Collectors()...)
 	}
 
 	r := a.engine
@@ -127,6 +159,9 @@ func New(cfg Config) *API {
 	v1.GET("/schema", getSchema)
 	v1.POST("/auth/login", a.h(a.login))
 	v1.POST("/auth/logout", viewer, a.h(a.logout))
+	v1.GET("/auth/methods", a.h(a.authMethods))
+	v1.GET("/auth/oidc/login", a.page(a.oidcLogin))
+	v1.GET("/auth/oidc/callback", a.page(a.oidcCallback))
 	v1.GET("/me", viewer, a.h(a.me))
 	v1.PUT("/me/password", viewer, a.h(a.changePassword))
 
@@ -150,6 +185,12 @@ func New(cfg Config) *API {
 	v1.GET("/changes/:id", viewer, a.h(a.getChange))
 	v1.POST("/changes/:id/approve", editor, a.h(a.approveChange))
 	v1.POST("/changes/:id/reject", editor, a.h(a.rejectChange))
+
+	support := a.require(store.RoleSupport)
+	v1.GET("/overrides", viewer, a.h(a.listOverrides))
+	v1.POST("/overrides", support, a.h(a.createOverride))
+	v1.GET("/overrides/:id", viewer, a.h(a.getOverride))
+	v1.DELETE("/overrides/:id", support, a.h(a.endOverride))
 
 	v1.GET("/settings", viewer, a.h(a.getSettings))
 	v1.PUT("/settings", admin, a.h(a.putSettings))
@@ -175,10 +216,14 @@ func New(cfg Config) *API {
 	v1.GET("/stats/totals", viewer, a.h(a.statsTotals))
 	v1.GET("/stats/live", viewer, a.h(a.statsLive))
 	v1.GET("/stats/history", viewer, a.h(a.statsHistory))
+	v1.GET("/stats/values", viewer, a.h(a.statsValues))
+	v1.GET("/stats/values/recent", viewer, a.h(a.statsRecentValues))
 	v1.GET("/stats/domains", viewer, a.h(a.statsDomains))
 	v1.GET("/stats/settings", viewer, a.h(a.statsSettings))
 	v1.GET("/stats/stream", viewer, a.statsStream)
 	v1.GET("/quotas", viewer, a.h(a.listQuotas))
+	v1.POST("/inspect", viewer, a.h(a.inspect)) // support desk (inspect.go)
+	v1.POST("/inspect/reset", a.require(store.RoleSupport), a.h(a.resetCounters))
 	v1.GET("/alerts", admin, a.h(a.getAlerts))
 	v1.PUT("/alerts", admin, a.h(a.putAlerts))
 	v1.POST("/alerts/test", admin, a.h(a.testAlert))

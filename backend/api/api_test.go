@@ -20,7 +20,10 @@ import (
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/internal/apicheck"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
 )
 
 func domainYAML(name string, n int) string {
@@ -55,15 +58,21 @@ type fixture struct {
 	clock  *clock
 	tokens map[string]string // credential name → bearer secret
 	ids    map[string]int64  // named fixtures → ids
+	// counters is the test Redis the support desk reads, under keyPrefix.
+	counters  *limiter.Redis
+	keyPrefix string
 }
 
 // sys is the actor of fixture set-up.
 var sys = store.Actor{Name: "test"}
 
 // credentials are every kind of caller; "" is anonymous.
-var credentials = []string{"", "garbage", "viewer", "editor", "admin", "node", "expired", "disabled"}
+var credentials = []string{"", "garbage", "viewer", "support", "editor", "admin", "node", "expired", "disabled"}
 
-func newFixture(t *testing.T) *fixture {
+// newFixture serves the API on a fresh database, with the test Redis as
+// the counter store (under a key prefix of the test's own); opts change the
+// configuration.
+func newFixture(t *testing.T, opts ...func(*api.Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	url := testenv.PostgresURL(t)
@@ -74,12 +83,22 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a := api.New(api.Config{Store: st, Hub: hub.New(st, log), Stats: stats.New(stats.Config{Store: st, Log: log}), Log: log,
-		LoginThrottle: api.NewTestThrottle(clk.now)})
-	srv := httptest.NewServer(a)
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cfg := api.Config{Store: st, Hub: hub.New(st, log), Stats: stats.New(stats.Config{Store: st, Log: log}), Log: log,
+		LoginThrottle: api.NewTestThrottle(clk.now), Counters: limiter.NewRedis(client), KeyPrefix: testenv.KeyPrefix(t)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	a := api.New(cfg)
+	srv := httptest.NewServer(apicheck.Handler(t, a))
 	t.Cleanup(srv.Close)
-	f := &fixture{api: a, url: url, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{}}
-	for _, role := range []string{"viewer", "editor", "admin", "node"} {
+	f := &fixture{api: a, url: url, srv: srv, store: st, clock: clk, tokens: map[string]string{}, ids: map[string]int64{},
+		counters: cfg.Counters, keyPrefix: cfg.KeyPrefix}
+	for _, role := range []string{"viewer", "support", "editor", "admin", "node"} {
 		f.token(t, role, role, nil)
 	}
 	past := time.Now().Add(-time.Hour)
@@ -173,7 +192,7 @@ type scenario struct {
 	overrides map[string]int
 }
 
-var rank = map[string]int{"viewer": 1, "editor": 2, "admin": 3}
+var rank = map[string]int{"viewer": 1, "support": 2, "editor": 3, "admin": 4}
 
 // want is the status cred should get.
 func (s scenario) want(cred string) int {
@@ -219,6 +238,10 @@ var scenarios = []scenario{
 	{route: "POST /api/v1/auth/login", path: "/api/v1/auth/login", body: `{"username":"probe","password":"probe-password"}`, auth: "public", ok: 200},
 	{route: "POST /api/v1/auth/logout", path: "/api/v1/auth/logout", auth: "viewer", ok: 204},
 	{route: "GET /api/v1/me", path: "/api/v1/me", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/auth/methods", path: "/api/v1/auth/methods", auth: "public", ok: 200},
+	// Single sign-on is not configured here; its flows are in oidc_test.go.
+	{route: "GET /api/v1/auth/oidc/login", path: "/api/v1/auth/oidc/login", auth: "public", ok: 404},
+	{route: "GET /api/v1/auth/oidc/callback", path: "/api/v1/auth/oidc/callback?state=s&code=c", auth: "public", ok: 404},
 	// Tokens have no password; a signed-in user's change is in TestSessions.
 	{route: "PUT /api/v1/me/password", path: "/api/v1/me/password", body: `{"current_password":"a","new_password":"password2"}`, auth: "viewer", ok: 403},
 	{route: "GET /api/v1/ruleset", path: "/api/v1/ruleset", auth: "viewer", ok: 200},
@@ -270,14 +293,27 @@ var scenarios = []scenario{
 	{route: "GET /api/v1/stats/totals", path: "/api/v1/stats/totals?domain=api", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/live", path: "/api/v1/stats/live?domain=api", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/history", path: "/api/v1/stats/history?domain=api&step=300", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/stats/values", path: "/api/v1/stats/values?domain=api&value=k1", auth: "viewer", ok: 200},
+	{route: "GET /api/v1/stats/values/recent", path: "/api/v1/stats/values/recent?domain=api&prefix=k", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/domains", path: "/api/v1/stats/domains", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/settings", path: "/api/v1/stats/settings", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/quotas", path: "/api/v1/quotas?period=2026-12", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/stats/stream", path: "/api/v1/stats/stream", auth: "viewer", ok: 426},
+	{route: "POST /api/v1/inspect", path: "/api/v1/inspect",
+		body: `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"{cred}"}]}]}`, auth: "viewer", ok: 200},
+	{route: "POST /api/v1/inspect/reset", path: "/api/v1/inspect/reset",
+		body: `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"{cred}"}]}],"message":"m"}`, auth: "support", ok: 200},
 	{route: "GET /api/v1/alerts", path: "/api/v1/alerts", auth: "admin", ok: 200},
 	{route: "PUT /api/v1/alerts", path: "/api/v1/alerts", body: `{"webhooks":[],"spike_defaults":{"floor_per_s":5,"factor":5,"for_s":3},"domains":{"api":{"mask_values":true}}}`, auth: "admin", ok: 200},
 	// No webhook is configured: nothing to test.
 	{route: "POST /api/v1/alerts/test", path: "/api/v1/alerts/test", auth: "admin", ok: 409},
+	{route: "GET /api/v1/overrides", path: "/api/v1/overrides?domain=api", auth: "viewer", ok: 200},
+	{route: "POST /api/v1/overrides", path: "/api/v1/overrides",
+		body: `{"domain":"api","entries":[{"key":"api_key","value":"ov-{cred}"}],"rate_limit":{"unit":"hour","requests_per_unit":8},"expires_at":"` +
+			time.Now().Add(48*time.Hour).UTC().Format(time.RFC3339) + `","message":"ticket 42"}`,
+		auth: "support", ok: 201},
+	{route: "GET /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-editor}", auth: "viewer", ok: 200},
+	{route: "DELETE /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-{cred}}", body: `{"message":"done"}`, auth: "support", ok: 200},
 }
 
 // seedScenarios creates what the scenarios act on.
@@ -315,6 +351,14 @@ func (f *fixture) seedScenarios(t *testing.T) {
 	}
 	if _, err := f.store.SetUserDisabled(ctx, f.ids["user:carol"], true, sys); err != nil {
 		t.Fatal(err)
+	}
+	for _, who := range []string{"support", "editor", "admin"} {
+		id, _, err := f.store.CreateOverride(ctx, store.OverrideSpec{Domain: "api", Entries: []rules.Entry{{Key: "api_key", Value: "seed-" + who}},
+			RateLimit: store.OverrideRate{Unit: "hour", RequestsPerUnit: 8}, ExpiresAt: time.Now().Add(time.Hour), Message: "m"}, sys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ids["override-"+who] = id
 	}
 	f.token(t, "victim1", "viewer", nil)
 	f.token(t, "victim2", "viewer", nil)
@@ -472,4 +516,37 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 		}
 	}
 	walk(doc)
+}
+
+// TestRenamedFieldFailsTheSpecCheck takes real answers and renames one
+// field in each, as a handler that drifted from openapi.yaml would: the
+// check every test's answers go through (apicheck.Handler) refuses them.
+func TestRenamedFieldFailsTheSpecCheck(t *testing.T) {
+	f := newFixture(t)
+	f.seedScenarios(t)
+	spec, err := apicheck.Console()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ path, field, renamed string }{
+		{"/api/v1/versions", `"created_at"`, `"created"`},
+		{"/api/v1/domains/api", `"current_version"`, `"currentVersion"`},
+		{"/api/v1/audit/verify", `"events"`, `"count"`},
+		{"/api/v1/versions/1/diff/2", `"unified"`, `"patch"`},
+	} {
+		resp := f.do(t, "GET", tt.path, "viewer", "", nil)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err := spec.Check(resp.Request, resp.StatusCode, resp.Header, body); err != nil {
+			t.Fatalf("GET %s as answered: %v", tt.path, err)
+		}
+		if !strings.Contains(string(body), tt.field) {
+			t.Fatalf("GET %s: no %s in %s", tt.path, tt.field, excerpt(string(body)))
+		}
+		drifted := strings.Replace(string(body), tt.field, tt.renamed, 1)
+		err := spec.Check(resp.Request, resp.StatusCode, resp.Header, []byte(drifted))
+		if err == nil || !strings.Contains(err.Error(), strings.Trim(tt.renamed, `"`)) {
+			t.Errorf("GET %s with %s renamed %s: %v, want an error naming it", tt.path, tt.field, tt.renamed, err)
+		}
+	}
 }

@@ -172,6 +172,9 @@ func (a *API) login(c *gin.Context) error {
 	if err := a.allowAttempt(c, req.Username); err != nil {
 		return err
 	}
+	if err := a.passwordAllowed(req.Username); err != nil {
+		return err
+	}
 	user, err := a.store.Authenticate(c.Request.Context(), req.Username, req.Password)
 	if errors.Is(err, store.ErrBadCredentials) {
 		if ferr := a.failedAttempt(c, req.Username); ferr != nil {
@@ -191,10 +194,7 @@ func (a *API) login(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	http.SetCookie(c.Writer, &http.Cookie{
-		Name: sessionCookie, Value: secret, Path: "/", HttpOnly: true, Secure: a.secure || c.Request.TLS != nil,
-		SameSite: http.SameSiteStrictMode, Expires: time.Now().Add(store.SessionAbsolute),
-	})
+	a.setSessionCookie(c, secret)
 	c.JSON(http.StatusOK, gin.H{"csrf_token": csrf, "user": user})
 	return nil
 }

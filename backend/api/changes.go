@@ -107,20 +107,34 @@ func (a *API) pendingDiff(c *gin.Context, cr store.ChangeRequest) ([]rules.Domai
 		}
 		return diffDomains(cur.Domains, target.Domains), nil
 	}
+	if cr.Kind == store.KindOverride && cr.Override != nil {
+		o := cr.Override
+		proposed := make([]store.DomainRevision, len(cur.Domains))
+		for i, d := range cur.Domains {
+			if d.Name == o.Domain {
+				d = d.WithOverride(store.ActiveOverride{Entries: o.Entries, RateLimit: o.RateLimit, ExpiresAt: o.ExpiresAt})
+			}
+			proposed[i] = d
+		}
+		return diffDomains(cur.Domains, proposed), nil
+	}
 	edits := changeEdits(cr)
 	touched := make(map[string]bool, len(edits))
 	for _, e := range edits {
 		touched[e.Domain] = true
 	}
 	var proposed []store.DomainRevision
+	current := make(map[string]store.DomainRevision, len(cur.Domains))
 	for _, d := range cur.Domains {
+		current[d.Name] = d
 		if !touched[d.Name] {
 			proposed = append(proposed, d)
 		}
 	}
 	for _, e := range edits {
 		if !e.Deleted {
-			proposed = append(proposed, store.DomainRevision{Name: e.Domain, YAML: e.YAML})
+			// The domain's overrides stay over its new YAML.
+			proposed = append(proposed, current[e.Domain].WithYAML(e.Domain, e.YAML))
 		}
 	}
 	return diffDomains(cur.Domains, proposed), nil

@@ -54,7 +54,7 @@ func diffDomains(old, cur []store.DomainRevision) []rules.DomainDiff {
 func yamlByName(ds []store.DomainRevision) map[string]string {
 	m := make(map[string]string, len(ds))
 	for _, d := range ds {
-		m[d.Name] = d.YAML
+		m[d.Name] = d.Enforced() // what nodes enforce: overrides included
 	}
 	return m
 }

@@ -51,6 +51,7 @@ func (a *API) fail(c *gin.Context, err error) {
 		ie  *store.InvalidError
 		re  *store.RefusedError
 		te  *store.SnapshotTooLargeError
+		ue  *store.UnprocessableError
 		big *http.MaxBytesError
 	)
 	switch {
@@ -65,6 +66,8 @@ func (a *API) fail(c *gin.Context, err error) {
 	case errors.As(err, &te):
 		c.AbortWithStatusJSON(http.StatusUnprocessableEntity, errorBody("snapshot_too_large", te.Error(),
 			gin.H{"bytes": te.Bytes, "max_bytes": te.Max}))
+	case errors.As(err, &ue):
+		c.AbortWithStatusJSON(http.StatusUnprocessableEntity, errorBody("unprocessable", ue.Reason, nil))
 	case errors.As(err, &re):
 		c.AbortWithStatusJSON(http.StatusConflict, errorBody("conflict", re.Reason, nil))
 	case errors.Is(err, store.ErrSelfApproval):

@@ -18,3 +18,6 @@ func (a *API) Routes() []string {
 // NewTestThrottle returns the in-process sign-in throttle on a clock the
 // test controls.
 func NewTestThrottle(now func() time.Time) Throttle { return newThrottle(now) }
+
+// ReturnPath is returnPath, for its table test.
+func ReturnPath(s string) string { return returnPath(s) }

@@ -33,6 +33,9 @@ func (a *API) listNodes(c *gin.Context) error {
 	out := make([]store.Node, 0, len(nodes))
 	for _, n := range nodes {
 		if status == "" || n.Status == status {
+			if n.Labels == nil {
+				n.Labels = map[string]string{} // no labels: an empty set, never null
+			}
 			out = append(out, n)
 		}
 	}

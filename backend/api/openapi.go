@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -32,6 +33,11 @@ func toJSON(src []byte) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// OpenAPI returns the OpenAPI document (YAML) this API implements: the one
+// definition that the docs, the UI's and the CLI's types and the tests'
+// answer checks all derive from.
+func OpenAPI() []byte { return bytes.Clone(openAPIYAML) }
 
 func (a *API) getOpenAPI(c *gin.Context) error {
 	if openAPIErr != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -135,6 +136,19 @@ func validateDomain(name, src string) error {
 	if d.Name != name {
 		return &rules.ValidationError{Problems: []rules.Problem{{File: name + ".yaml", Line: 1, Column: 1, Path: "domain",
 			Message: "domain " + strconv.Quote(d.Name) + " does not match the URL's " + strconv.Quote(name)}}}
+	}
+	if len(d.Overrides) > 0 {
+		// The console composes this section from its temporary overrides
+		// (POST /api/v1/overrides); a domain's own YAML never holds one.
+		line := 1
+		for i, l := range strings.Split(src, "\n") {
+			if strings.HasPrefix(l, "overrides:") {
+				line = i + 1
+				break
+			}
+		}
+		return &rules.ValidationError{Problems: []rules.Problem{{File: name + ".yaml", Line: line, Column: 1, Path: "overrides",
+			Message: "overrides are managed by the console: create them with POST /api/v1/overrides (sluice ctl overrides create) and remove this section"}}}
 	}
 	if _, err := rules.Compile([]*rules.Domain{d}); err != nil {
 		return err

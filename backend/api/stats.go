@@ -237,3 +237,119 @@ func (a *API) testAlert(c *gin.Context) error {
 	c.JSON(http.StatusAccepted, gin.H{"queued": n})
 	return nil
 }
+
+// Bounds of the value lookups.
+const (
+	defaultRecentValues = 20
+	maxRecentValues     = 100
+)
+
+// lookupParam reads a query parameter naming a domain or a value: at most
+// stats.MaxNameBytes of UTF-8 without NUL, and present when required.
+func lookupParam(c *gin.Context, name string, required bool) (string, error) {
+	s := c.Query(name)
+	switch {
+	case s == "" && required:
+		return "", badRequest("query parameter %s is required", name)
+	case len(s) > stats.MaxNameBytes:
+		return "", badRequest("query parameter %s is over %d bytes", name, stats.MaxNameBytes)
+	}
+	if err := checkText("query parameter "+name, s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// lookupDomain reads the domain of a value lookup, refused to a viewer when
+// the domain masks its values: a masked value cannot be looked up.
+func (a *API) lookupDomain(c *gin.Context) (string, error) {
+	domain, err := lookupParam(c, "domain", true)
+	if err != nil {
+		return "", err
+	}
+	if _, m := a.maskValue(c, domain, ""); m {
+		return "", badRequest("domain %q masks its values for viewers: a value cannot be looked up", domain)
+	}
+	return domain, nil
+}
+
+// statsValues answers GET /api/v1/stats/values: one value's limited
+// requests per rule and minute, the last 24 hours by default.
+func (a *API) statsValues(c *gin.Context) error {
+	domain, err := a.lookupDomain(c)
+	if err != nil {
+		return err
+	}
+	value, err := lookupParam(c, "value", true)
+	if err != nil {
+		return err
+	}
+	from, err := queryTime(c, "from")
+	if err != nil {
+		return err
+	}
+	to, err := queryTime(c, "to")
+	if err != nil {
+		return err
+	}
+	if to.IsZero() {
+		to = time.Now()
+	}
+	if from.IsZero() {
+		from = to.Add(-24 * time.Hour)
+	}
+	switch {
+	case !from.Before(to):
+		return badRequest("from (%s) must be before to (%s)", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	case to.Sub(from) > stats.MaxValueRange:
+		return badRequest("the range is over %d days", int(stats.MaxValueRange/(24*time.Hour)))
+	}
+	h, err := a.stats.ValueHistory(c.Request.Context(), domain, value, from, to)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, h)
+	return nil
+}
+
+// statsRecentValues answers GET /api/v1/stats/values/recent: values of a
+// domain limited lately or using a quota, by prefix, for autocomplete.
+func (a *API) statsRecentValues(c *gin.Context) error {
+	domain, err := a.lookupDomain(c)
+	if err != nil {
+		return err
+	}
+	prefix, err := lookupParam(c, "prefix", false)
+	if err != nil {
+		return err
+	}
+	limit := int64(defaultRecentValues)
+	if c.Query("limit") != "" {
+		if limit, err = queryInt(c, "limit"); err != nil {
+			return err
+		}
+		if limit < 1 || limit > maxRecentValues {
+			return badRequest("query parameter limit must be within 1..%d", maxRecentValues)
+		}
+	}
+	vs, err := a.stats.RecentValues(c.Request.Context(), domain, prefix, int(limit))
+	if err != nil {
+		return err
+	}
+	type recent struct {
+		Value       string  `json:"value"`
+		Limited     int64   `json:"limited"`
+		LastLimited *string `json:"last_limited"`
+		QuotaUsed   int64   `json:"quota_used"`
+	}
+	out := make([]recent, len(vs))
+	for i, v := range vs {
+		out[i] = recent{Value: v.Value, Limited: v.Limited, QuotaUsed: v.QuotaUsed}
+		if v.LastLimited != nil {
+			s := v.LastLimited.UTC().Format(time.RFC3339)
+			out[i].LastLimited = &s
+		}
+	}
+	c.JSON(http.StatusOK, gin.H{"values": out})
+	return nil
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/backend/api"
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
+	"github.com/sluicehq/sluice/internal/apicheck"
 )
 
 func TestStatsQueriesRefuseBadRanges(t *testing.T) {
@@ -97,8 +98,8 @@ func TestMetricsAuth(t *testing.T) {
 		t.Errorf("open /metrics = %d, want 200", status)
 	}
 	log := slog.New(slog.DiscardHandler)
-	locked := httptest.NewServer(api.New(api.Config{Store: f.store, Hub: hub.New(f.store, log), Stats: stats.New(stats.Config{Store: f.store}),
-		Log: log, MetricsAuth: true}))
+	locked := httptest.NewServer(apicheck.Handler(t, api.New(api.Config{Store: f.store, Hub: hub.New(f.store, log), Stats: stats.New(stats.Config{Store: f.store}),
+		Log: log, MetricsAuth: true})))
 	defer locked.Close()
 	for _, tt := range []struct {
 		cred   string

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/backend/api"
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
+	"github.com/sluicehq/sluice/internal/apicheck"
 )
 
 // behindProxy serves f's database through a console that trusts the local
@@ -23,7 +24,7 @@ func behindProxy(t *testing.T, f *fixture) *httptest.Server {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a := api.New(api.Config{Store: f.store, Hub: hub.New(f.store, log), Stats: stats.New(stats.Config{Store: f.store, Log: log}),
 		Log: log, TrustedProxies: []string{"127.0.0.1", "::1"}, LoginThrottle: api.NewTestThrottle(f.clock.now)})
-	srv := httptest.NewServer(a)
+	srv := httptest.NewServer(apicheck.Handler(t, a))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -171,7 +171,7 @@ func runFleet(n int, baseURL, tokenFile string) int {
 // encoded once (the nodes' CPU is not what the benchmark measures, and it
 // shares the machine with the console).
 var fleetStats, _ = json.Marshal(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000,
-	Rules: []wire.RuleStats{{Domain: "api", Rule: "per-key", Allowed: 900, Limited: 100}}})
+	Rules: []wire.RuleStats{{Domain: "api", Rule: "k0", Allowed: 900, Limited: 100}}})
 
 // fleetBuffers hold the snapshots the fleet's nodes read.
 var fleetBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}

@@ -9,3 +9,9 @@ func SetKeepalive(ping, write time.Duration) (restore func()) {
 	pingInterval, writeTimeout = ping, write
 	return func() { pingInterval, writeTimeout = oldPing, oldWrite }
 }
+
+// The log budget of a node (input.go).
+const (
+	LogBurst = logBurst
+	LogEvery = logEvery
+)

@@ -145,8 +145,13 @@ type console struct {
 
 func (e *env) startConsole() *console {
 	e.t.Helper()
+	return e.startConsoleLog(slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// startConsoleLog is startConsole logging to log.
+func (e *env) startConsoleLog(log *slog.Logger) *console {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	addrs := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {

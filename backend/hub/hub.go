@@ -44,6 +44,11 @@
 //
 // Quota batches from nodes are stored in Postgres and acknowledged once
 // stored; a resent batch adds nothing (quota.go).
+//
+// What a node sends is checked row by row against the rulesets the console
+// sent it: rows of rules it was never sent, or that Postgres could not
+// store, are dropped and counted, and the rest of the message is taken; the
+// log lines a node causes are limited per node (input.go).
 package hub
 
 //lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
@@ -147,6 +152,14 @@ type Hub struct {
 	decodersStop chan struct{}   // closed when Run stops them
 
 	stats StatsSink // nil: stats reports only feed the node rates
+
+	catMu      sync.Mutex              // guards catalogs and catUse
+	catalogs   map[int64]*catalogEntry // by version, the keepCatalogs last used (input.go)
+	catUse     uint64                  // uses counted, for the eviction
+	metrics    metrics                 // input.go
+	logMu      sync.Mutex              // guards logBudgets and logPruned
+	logBudgets map[string]*logBudget   // by node id (input.go)
+	logPruned  time.Time
 }
 
 // StatsSink takes the nodes' stats reports (backend/stats.Aggregator).
@@ -161,16 +174,22 @@ type StatsSink interface {
 	Cohort(domains []string, t int64) (canary, all store.Counts)
 	// Refused counts a report the hub refused as malformed.
 	Refused(reason string)
+	// AddDomains makes reports naming these domains acceptable: the hub
+	// calls it with a version's domains before any node can report
+	// under that version.
+	AddDomains(domains ...string)
 }
 
 // SetStatsSink makes every valid stats report reach s. Call it before
 // Serve.
 func (h *Hub) SetStatsSink(s StatsSink) { h.stats = s }
 
-// encoded is one version's snapshot message, serialized once.
+// encoded is one version's snapshot message, serialized once, and its
+// catalog.
 type encoded struct {
 	version int64
 	data    []byte
+	catalog *wire.Catalog
 }
 
 // New returns a hub backed by st.
@@ -185,7 +204,8 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 		store: st, log: log, id: cmp.Or(host, "console") + "-" + hex.EncodeToString(b),
 		conns: make(map[string]*conn), kick: make(chan struct{}, 1), cache: make(map[int64]*encoded),
 		pingInterval: pingInterval, writeTimeout: writeTimeout, decodes: make(chan *decodeJob),
-		decodersStop: make(chan struct{}),
+		decodersStop: make(chan struct{}), catalogs: make(map[int64]*catalogEntry), metrics: newMetrics(),
+		logBudgets: make(map[string]*logBudget),
 	}
 }
 
@@ -209,6 +229,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	var bg, decoders sync.WaitGroup
 	bg.Go(func() { h.listen(ctx) })
 	bg.Go(func() { h.watchRollouts(ctx) })
+	bg.Go(func() { h.expireOverrides(ctx) })
 	// The decoders outlive the connections: they stop after the last
 	// read loop ended.
 	for range runtime.GOMAXPROCS(0) {
@@ -386,6 +407,7 @@ func (h *Hub) changed() {
 
 // conn is one node connection.
 type conn struct {
+	token  int64 // the node token's id
 	ws     *websocket.Conn
 	out    *joinWriter       // under ws's write buffer
 	labels map[string]string // from hello; never changed
@@ -418,6 +440,11 @@ type conn struct {
 	// one at switchedAt (for stats cohorts).
 	ranBefore  int64
 	switchedAt time.Time
+
+	// cats are the catalogs of the versions sent to the node (input.go);
+	// catView lists them for Clean, replaced whenever they change.
+	cats    []versionCatalog
+	catView []*wire.Catalog
 
 	job decodeJob // the read loop's message at the decoders
 }
@@ -636,7 +663,7 @@ func (r *aheadReader) Read(p []byte) (int, error) {
 // serve runs one accepted node stream until it closes.
 func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, addr string, tokenID int64, actor store.Actor) {
 	wctx, stopWriter := context.WithCancel(context.Background())
-	c := &conn{ws: ws, out: out, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
+	c := &conn{ws: ws, out: out, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{}), token: tokenID}
 	// Armed before anyone else sees c; the first ping comes after the
 	// hello deadline.
 	c.pinger = time.AfterFunc(h.pingInterval, func() { h.ping(c) })
@@ -669,11 +696,11 @@ func (h *Hub) finish(c *conn, addr string, err error) {
 	<-c.closed
 	switch {
 	case c.node.ID == "":
-		h.log.Warn("node refused", "address", addr, "error", err)
+		h.nodeLog(tokenKey(c.token), slog.LevelWarn, "node refused", "address", addr, "error", err)
 	case err == nil:
-		h.log.Info("node disconnected", "node_id", c.node.ID)
+		h.nodeLog(c.node.ID, slog.LevelInfo, "node disconnected", "node_id", c.node.ID)
 	default:
-		h.log.Info("node disconnected", "node_id", c.node.ID, "reason", err.Error())
+		h.nodeLog(c.node.ID, slog.LevelInfo, "node disconnected", "node_id", c.node.ID, "reason", err.Error())
 	}
 }
 
@@ -692,6 +719,14 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	if err := h.claim(tokenID, hello.NodeID, actor); err != nil {
 		return err
 	}
+	// What the node runs decides what its reports may name.
+	cctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	cat, err := h.catalog(cctx, hello.AppliedVersion)
+	cancel()
+	if err != nil {
+		h.log.Error("load the ruleset a node runs", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "error", err)
+		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
+	}
 	c.mu.Lock() // the pinger may run already
 	c.heard = time.Now()
 	now := c.heard.UTC()
@@ -700,6 +735,7 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
 	c.labels = hello.Labels
 	c.dirty = true
+	c.addCatalog(hello.AppliedVersion, cat)
 	c.mu.Unlock()
 	c.sent.Store(hello.AppliedVersion)
 
@@ -709,8 +745,8 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
 	}
 	registered := h.gen.Load()
-	h.log.Info("node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "address", addr,
-		"build", hello.Build)
+	h.nodeLog(hello.NodeID, slog.LevelInfo, "node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion,
+		"address", addr, "build", hello.Build)
 
 	pl, err := h.planSince(context.Background(), registered)
 	if err != nil {
@@ -719,7 +755,7 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
 	}
 	if hello.AppliedVersion > pl.state.Head {
-		h.log.Warn("node runs a version newer than the console's latest", "node_id", hello.NodeID,
+		h.nodeLog(hello.NodeID, slog.LevelWarn, "node runs a version newer than the console's latest", "node_id", hello.NodeID,
 			"applied_version", hello.AppliedVersion, "latest_version", pl.state.Head)
 	}
 	c.offer(h, pl.forNode(c.labels))
@@ -844,6 +880,9 @@ func (c *conn) offer(h *Hub, snap *encoded) {
 			break
 		}
 	}
+	c.mu.Lock()
+	c.addCatalog(snap.version, snap.catalog)
+	c.mu.Unlock()
 	c.wmu.Lock()
 	c.next = snap
 	start := !c.writing
@@ -855,7 +894,7 @@ func (c *conn) offer(h *Hub, snap *encoded) {
 		go h.write(c)
 	}
 	if behind > behindLimit {
-		h.log.Warn("node too far behind; dropping its connection", "node_id", c.node.ID, "version", snap.version)
+		h.nodeLog(c.node.ID, slog.LevelWarn, "node too far behind; dropping its connection", "node_id", c.node.ID, "version", snap.version)
 		c.drop(websocket.StatusTryAgainLater, "too far behind; reconnect for the latest snapshot")
 	}
 }
@@ -877,7 +916,7 @@ func (h *Hub) write(c *conn) {
 		// derived from c.ctx: each derived context would leave a children
 		// map on c.ctx for the connection's life.
 		deadline := time.AfterFunc(h.writeTimeout, func() {
-			h.log.Info("send snapshot timed out; dropping the node", "node_id", c.node.ID, "version", m.version)
+			h.nodeLog(c.node.ID, slog.LevelInfo, "send snapshot timed out; dropping the node", "node_id", c.node.ID, "version", m.version)
 			c.drop(websocket.StatusTryAgainLater, "write timed out")
 		})
 		if len(m.data) > writeBufferSize {
@@ -893,7 +932,7 @@ func (h *Hub) write(c *conn) {
 		c.wmu.Unlock()
 		if err != nil {
 			if c.ctx.Err() == nil {
-				h.log.Info("send snapshot failed; dropping the node", "node_id", c.node.ID, "version", m.version, "error", err)
+				h.nodeLog(c.node.ID, slog.LevelInfo, "send snapshot failed; dropping the node", "node_id", c.node.ID, "version", m.version, "error", err)
 				c.drop(websocket.StatusTryAgainLater, "write failed")
 			}
 			c.wmu.Lock()
@@ -1040,7 +1079,7 @@ func (h *Hub) decode(c *conn, data []byte) (*wire.Quota, error) {
 	msg, err := wire.Decode(data)
 	if errors.Is(err, wire.ErrUnknownType) {
 		// A newer node may send messages this console does not know.
-		h.log.Debug("ignoring unknown message from node", "node_id", c.node.ID, "error", err)
+		h.nodeLog(c.node.ID, slog.LevelDebug, "ignoring unknown message from node", "node_id", c.node.ID, "error", err)
 		return nil, nil
 	}
 	if err != nil {
@@ -1074,6 +1113,7 @@ func (h *Hub) handle(c *conn, msg any) error {
 			c.ranBefore, c.switchedAt = c.node.AppliedVersion, now
 		}
 		c.node.AppliedVersion = m.Version
+		c.pruneCatalogs()
 		if c.node.NackVersion != nil && *c.node.NackVersion <= m.Version {
 			c.node.NackVersion, c.node.NackError, c.node.NackedAt = nil, "", nil
 		}
@@ -1089,15 +1129,19 @@ func (h *Hub) handle(c *conn, msg any) error {
 		// must not make its registry row unwritable.
 		m.Error = wire.CleanText(m.Error)
 		c.node.NackVersion, c.node.NackError, c.node.NackedAt = &v, wire.Cut(m.Error, maxNackError), &now
-		h.log.Warn("node rejected version", "node_id", c.node.ID, "version", m.Version,
+		h.nodeLog(c.node.ID, slog.LevelWarn, "node rejected version", "node_id", c.node.ID, "version", m.Version,
 			"applied_version", c.node.AppliedVersion, "error", wire.Cut(m.Error, 500))
 	case *wire.Stats:
-		if err := m.Validate(); err != nil {
+		// Rows the node's versions do not have, or that could not be
+		// stored, are dropped; a malformed report as a whole is refused.
+		cl, err := m.Clean(c.catView...)
+		if err != nil {
 			if h.stats != nil {
 				h.stats.Refused("invalid")
 			}
 			return closeError{code: websocket.StatusPolicyViolation, reason: err.Error()}
 		}
+		h.noteCleaning(c, "stats", cl)
 		c.node.Rates = rates(m, now)
 		if h.stats != nil {
 			// A refused report is counted by the sink and never
@@ -1106,8 +1150,8 @@ func (h *Hub) handle(c *conn, msg any) error {
 			if h.inCanary(c, m.IntervalMS, now) {
 				ingest = h.stats.IngestCanary
 			}
-			if err := ingest(m, now); err != nil && h.log.Enabled(context.Background(), slog.LevelDebug) {
-				h.log.Debug("stats report refused", "node_id", c.node.ID, "error", err)
+			if err := ingest(m, now); err != nil {
+				h.nodeLog(c.node.ID, slog.LevelDebug, "stats report refused", "node_id", c.node.ID, "error", err)
 			}
 		}
 		return nil // soft: written at most every softFlushEvery
@@ -1201,7 +1245,8 @@ func (h *Hub) latest(ctx context.Context) (*plan, error) {
 // encoded returns version v's snapshot message (empty for version 0).
 func (h *Hub) encoded(ctx context.Context, v int64) (*encoded, error) {
 	if v == 0 {
-		return &encoded{}, nil // nothing published yet: nothing to send
+		// Nothing published yet: nothing to send, nothing to report.
+		return &encoded{catalog: emptyCatalog}, nil
 	}
 	h.loadMu.Lock()
 	defer h.loadMu.Unlock()
@@ -1212,17 +1257,21 @@ func (h *Hub) encoded(ctx context.Context, v int64) (*encoded, error) {
 	if err != nil {
 		return nil, err
 	}
+	ws := wire.Snapshot{Type: wire.TypeSnapshot, Version: snap.Version, Checksum: snap.Checksum, Domains: snap.WireDomains()}
+	h.catMu.Lock()
+	cat := h.cacheCatalogLocked(v, h.compileCatalog(&ws))
+	h.catMu.Unlock()
 	nodes := h.Connected()
 	if counts, err := h.store.AppliedCounts(ctx, time.Now().Add(-StaleAfter)); err == nil {
 		nodes = max(nodes, counts.Connected)
 	}
-	data, err := json.Marshal(wire.Snapshot{Type: wire.TypeSnapshot, Version: snap.Version,
-		Checksum: snap.Checksum, Domains: snap.WireDomains(), NodeCount: nodes})
+	ws.NodeCount = nodes
+	data, err := json.Marshal(ws)
 	if err != nil {
 		return nil, fmt.Errorf("encode snapshot %d: %w", snap.Version, err)
 	}
 	h.encodes.Add(1)
-	e := &encoded{version: snap.Version, data: data}
+	e := &encoded{version: snap.Version, data: data, catalog: cat}
 	h.cache[v] = e
 	for len(h.cache) > keepEncoded {
 		delete(h.cache, slices.Min(slices.Collect(maps.Keys(h.cache))))

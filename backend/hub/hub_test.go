@@ -112,7 +112,12 @@ func TestNackVisibleAndNotRepushed(t *testing.T) {
 func TestStatsRates(t *testing.T) {
 	e := newEnv(t)
 	c := e.startConsole()
+	e.publish("api", "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: per-key}\n")
+	v := e.publish("web", "domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 1, name: per-ip}\n")
 	n := e.connect(c.url, wire.Hello{NodeID: "n1"})
+	if snap := n.snapshot(); snap.Version != v {
+		t.Fatalf("snapshot %d, want %d", snap.Version, v)
+	}
 	n.send(wire.Stats{Type: wire.TypeStats, IntervalMS: 2000, Rules: []wire.RuleStats{
 		{Domain: "api", Rule: "per-key", Allowed: 90, Limited: 10, TopLimited: []wire.ValueCount{{Value: "k1", Count: 10}}},
 		{Domain: "web", Rule: "per-ip", Allowed: 20},

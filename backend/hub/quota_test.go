@@ -213,7 +213,8 @@ func TestQuotaMonthBoundaryInPostgres(t *testing.T) {
 
 // TestQuotaResendCountedOnce: a batch sent again (its ack lost) is acked
 // again and adds nothing; the same seq of a new epoch (a restarted node)
-// is a new batch; an invalid batch closes the connection.
+// is a new batch; an invalid entry is dropped and its batch acked; a batch
+// invalid as a whole closes the connection.
 func TestQuotaResendCountedOnce(t *testing.T) {
 	e := newEnv(t)
 	c := e.startConsole()
@@ -245,11 +246,19 @@ func TestQuotaResendCountedOnce(t *testing.T) {
 	if got := e.used(t)["alice@2026-11"]; got != 111 {
 		t.Errorf("used after resends: %d, want 111", got)
 	}
+	// An invalid entry is dropped; the batch is still applied and
+	// acknowledged, so the node does not send it again.
 	bad := batch("e2", 2, 1)
 	bad.Usage[0].Unit = "minute"
 	n.send(bad)
-	if err := n.closed(); err == nil || !strings.Contains(err.Error(), "unit") {
-		t.Errorf("invalid batch: connection ended with %v, want a policy violation naming the unit", err)
+	ack("e2", 2)
+	if got := e.used(t)["alice@2026-11"]; got != 111 {
+		t.Errorf("used after a batch of one invalid entry: %d, want 111", got)
+	}
+	// A batch malformed as a whole closes the connection.
+	n.send(batch("e2", 0, 1))
+	if err := n.closed(); err == nil || !strings.Contains(err.Error(), "seq") {
+		t.Errorf("invalid batch: connection ended with %v, want a policy violation naming the seq", err)
 	}
 }
 

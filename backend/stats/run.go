@@ -194,7 +194,8 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 		}
 		if o.min < minuteCutoff && !o.minC.Zero() {
 			a.spillMinute(o.min, s.key, o.minC)
-			o.minC = store.Counts{}
+			a.spillValues(o.min, s.key, o.minC.Limited, o.minV)
+			o.minC, o.minV = store.Counts{}, nil
 		}
 	}
 	var frames []store.Frame
@@ -243,6 +244,9 @@ func (a *Aggregator) flush(ctx context.Context, final bool) error {
 		a.mu.Unlock()
 		return err
 	}
+	if err := a.flushValues(ctx, minuteCutoff); err != nil {
+		return err
+	}
 	return ferr
 }
 
@@ -256,6 +260,9 @@ func (a *Aggregator) prune(ctx context.Context) {
 	before := now.Add(-a.retention)
 	if _, err := a.st.DeleteMinutesBefore(ctx, before); err != nil {
 		a.log.Warn("delete old stats rollups", "error", err)
+	}
+	if _, err := a.st.DeleteValueMinutesBefore(ctx, now.Add(-a.valueRetention)); err != nil {
+		a.log.Warn("delete old value rollups", "error", err)
 	}
 	if err := a.st.DeleteSpikesBefore(ctx, before); err != nil {
 		a.log.Warn("delete old spikes", "error", err)

@@ -55,12 +55,11 @@ const (
 	// MaxSeries bounds the rules tracked at once; reports of further rules
 	// are refused.
 	MaxSeries = 20000
-	// MaxCount bounds one count of one rule in one report: 2^40 (a
-	// trillion) per report keeps a 15-minute sum over a thousand nodes far
-	// from overflowing int64.
-	MaxCount = 1 << 40
+	// MaxCount bounds one count of one rule in one report
+	// (wire.MaxStatsCount).
+	MaxCount = wire.MaxStatsCount
 	// MaxNameBytes bounds a reported domain, rule or value.
-	MaxNameBytes = 256
+	MaxNameBytes = wire.MaxNameBytes
 	// topKept is how many limited values one second of a rule keeps.
 	topKept = wire.MaxTopValues
 )
@@ -85,6 +84,9 @@ type Config struct {
 	// SpikeWarmup is how long a rule is watched before its spikes are
 	// judged (DefaultSpikeWarmup when zero; see spikes.go).
 	SpikeWarmup time.Duration
+	// ValueRetention is how long per-value rollups are kept
+	// (DefaultValueRetention when zero; see values.go).
+	ValueRetention time.Duration
 }
 
 // Aggregator holds the fleet's live series. It is safe for concurrent use.
@@ -114,6 +116,11 @@ type Aggregator struct {
 	canary   map[store.RuleKey]*canarySeries // the canary cohort's share (cohort.go)
 	promoted time.Time                       // newest promote seen (cohort.go)
 	pv       previewBuffer                   // the impact preview's spans, not yet written (preview.go)
+
+	valueRetention time.Duration
+	sketched       int                // values in every series' minute sketch (values.go)
+	valueWrites    []store.ValueWrite // per-value rollups not yet written
+	valueRows      int                // values in valueWrites
 }
 
 type minuteKey struct {
@@ -140,6 +147,7 @@ type ownCounts struct {
 	secTop []wire.ValueCount
 	min    int64
 	minC   store.Counts
+	minV   *valueSketch // the minute's limited values (values.go)
 }
 
 type slot struct {
@@ -179,6 +187,7 @@ func New(cfg Config) *Aggregator {
 		domains: make(map[string]bool),
 		subs:    make(map[*Subscription]struct{}),
 	}
+	a.valueRetention = cmp.Or(cfg.ValueRetention, DefaultValueRetention)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -210,6 +219,17 @@ func refuse(reason, format string, args ...any) *RefusedError {
 // Refused counts a report refused before it reached Ingest (the hub found
 // it malformed).
 func (a *Aggregator) Refused(reason string) { a.refused.WithLabelValues(reason).Inc() }
+
+// AddDomains adds domains to those of the versions seen (reload adds the
+// newest version's every second; the hub adds each version's before it
+// sends it to a node, so that the first reports under it are not refused).
+func (a *Aggregator) AddDomains(domains ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range domains {
+		a.domains[d] = true
+	}
+}
 
 // Ingest adds one node's report, received at at, to the second it was
 // received in. A report is taken whole or refused whole (a
@@ -292,6 +312,7 @@ func (a *Aggregator) ingest(m *wire.Stats, at time.Time, canary bool) error {
 		sl.c.Add(c)
 		sl.top = mergeTop(sl.top, r.TopLimited)
 		a.own(s, t, c, r.TopLimited)
+		a.addValuesLocked(s, &m.Rules[i])
 		if canary {
 			a.addCanaryLocked(s.key, t, c.Allowed, c.Limited)
 			s.own.secCA, s.own.secCL = s.own.secCA+c.Allowed, s.own.secCL+c.Limited
@@ -318,7 +339,8 @@ func (a *Aggregator) own(s *series, t int64, c store.Counts, top []wire.ValueCou
 		if !o.minC.Zero() {
 			a.spillMinute(o.min, s.key, o.minC)
 		}
-		o.min, o.minC = minute, store.Counts{}
+		a.spillValues(o.min, s.key, o.minC.Limited, o.minV)
+		o.min, o.minC, o.minV = minute, store.Counts{}, nil
 	}
 	o.minC.Add(c)
 }
@@ -365,6 +387,11 @@ func checkRule(r wire.RuleStats) error {
 		}
 		if v.Count < 0 || v.Count > r.Limited {
 			return fmt.Errorf("top_limited[%d]: count %d is not within 0..limited (%d)", j, v.Count, r.Limited)
+		}
+	}
+	for j, v := range r.Values { // counts: wire.Stats.Validate
+		if err := checkName("value", v.Value); err != nil {
+			return fmt.Errorf("values[%d]: %w", j, err)
 		}
 	}
 	return nil

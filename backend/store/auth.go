@@ -95,24 +95,34 @@ const (
 )
 
 // CreateSession starts a session and returns its secret (for the cookie) and
-// the CSRF token the browser must echo on writes. The login audit event is
-// written in the same transaction.
+// the CSRF token the browser must echo on writes. The login audit event
+// (method password) is written in the same transaction.
 func (s *Store) CreateSession(ctx context.Context, u User, actor Actor) (secret, csrf string, err error) {
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		secret, csrf, err = startSession(tx, u, actor, map[string]any{"method": "password"})
+		return err
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return secret, csrf, nil
+}
+
+// startSession is CreateSession inside tx, for every way of signing in;
+// how is the auth.login event's detail (its method).
+func startSession(tx *gorm.DB, u User, actor Actor, how map[string]any) (secret, csrf string, err error) {
 	secret, csrf = randomToken(), randomToken()
 	now := time.Now().UTC()
 	row := sessionRow{IDHash: hashToken(secret), UserID: u.ID, CSRFToken: csrf, CreatedAt: now, LastSeen: now, ExpiresAt: now.Add(SessionAbsolute)}
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		// Sweep expired sessions here, where sessions are created, so the
-		// table stays as small as the number of people signed in.
-		if err := tx.Where("expires_at < ? OR last_seen < ?", now, now.Add(-SessionIdle)).Delete(&sessionRow{}).Error; err != nil {
-			return fmt.Errorf("sweep expired sessions: %w", err)
-		}
-		if err := tx.Create(&row).Error; err != nil {
-			return err
-		}
-		return appendAudit(tx, actor, "auth.login", "user:"+u.Username, "", nil, nil)
-	})
-	if err != nil {
+	// Sweep expired sessions here, where sessions are created, so the
+	// table stays as small as the number of people signed in.
+	if err := tx.Where("expires_at < ? OR last_seen < ?", now, now.Add(-SessionIdle)).Delete(&sessionRow{}).Error; err != nil {
+		return "", "", fmt.Errorf("sweep expired sessions: %w", err)
+	}
+	if err := tx.Create(&row).Error; err != nil {
+		return "", "", fmt.Errorf("create session: %w", err)
+	}
+	if err := appendAudit(tx, actor, "auth.login", "user:"+u.Username, "", nil, how); err != nil {
 		return "", "", fmt.Errorf("create session: %w", err)
 	}
 	return secret, csrf, nil

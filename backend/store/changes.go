@@ -44,6 +44,8 @@ type ChangeRequest struct {
 	Version       *int64 `json:"version,omitempty"` // published version, once approved
 	// Edits are the domains a change of kind ruleset sets or removes.
 	Edits []DomainEdit `json:"edits,omitempty"`
+	// Override is what a change of kind override publishes.
+	Override *OverrideSpec `json:"override,omitempty"`
 }
 
 type changeRow struct {
@@ -55,7 +57,8 @@ type changeRow struct {
 	Domain        string
 	YAML          string `gorm:"column:yaml"`
 	Deleted       bool
-	Edits         []DomainEdit `gorm:"serializer:json"` // NULL unless kind is ruleset
+	Edits         []DomainEdit  `gorm:"serializer:json"` // NULL unless kind is ruleset
+	Override      *OverrideSpec `gorm:"serializer:json"` // NULL unless kind is override
 	BaseVersion   int64
 	RollbackOf    *int64
 	Message       string
@@ -71,12 +74,13 @@ func (changeRow) TableName() string { return "change_requests" }
 func (r changeRow) change() ChangeRequest {
 	return ChangeRequest{ID: r.ID, CreatedAt: r.CreatedAt, Author: r.Author, Kind: ChangeKind(r.Kind), Domain: r.Domain,
 		YAML: r.YAML, Deleted: r.Deleted, Edits: r.Edits, BaseVersion: r.BaseVersion, RollbackOf: r.RollbackOf, Message: r.Message,
-		Status: r.Status, Reviewer: r.Reviewer, ReviewedAt: r.ReviewedAt, ReviewMessage: r.ReviewMessage, Version: r.Version}
+		Status: r.Status, Reviewer: r.Reviewer, ReviewedAt: r.ReviewedAt, ReviewMessage: r.ReviewMessage, Version: r.Version,
+		Override: r.Override}
 }
 
 func (r changeRow) plan() plan {
 	return plan{kind: ChangeKind(r.Kind), domain: r.Domain, yaml: r.YAML, deleted: r.Deleted,
-		base: r.BaseVersion, checkBase: true, rollbackOf: r.RollbackOf, edits: r.Edits}
+		base: r.BaseVersion, checkBase: r.Kind != string(KindOverride), rollbackOf: r.RollbackOf, edits: r.Edits, override: r.Override}
 }
 
 // Propose records c as a pending change request, with its audit event. It
@@ -87,6 +91,9 @@ func (s *Store) Propose(ctx context.Context, c Change) (ChangeRequest, error) {
 		// A change request does not carry a rollout (yet): approving it
 		// would send it to every node, which is not what was asked.
 		return ChangeRequest{}, &InvalidError{Reason: "a staged rollout cannot wait for approval: publish it staged with break_glass_reason (admins), or propose it without rollout"}
+	}
+	if c.Kind == KindOverrideEnd {
+		return ChangeRequest{}, &InvalidError{Reason: "ending an override needs no approval: end it"}
 	}
 	var row changeRow
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -100,7 +107,7 @@ func (s *Store) Propose(ctx context.Context, c Change) (ChangeRequest, error) {
 		}
 		row = changeRow{CreatedAt: time.Now().UTC(), Author: c.Actor.Name, AuthorOwner: c.Actor.owner(), Kind: string(p.kind),
 			Domain: p.domain, YAML: p.yaml, Deleted: p.deleted, Edits: p.edits, BaseVersion: p.base, RollbackOf: p.rollbackOf,
-			Message: c.Message, Status: ChangePending}
+			Message: c.Message, Status: ChangePending, Override: p.override}
 		if err := tx.Create(&row).Error; err != nil {
 			return fmt.Errorf("write change request: %w", err)
 		}
@@ -111,6 +118,8 @@ func (s *Store) Propose(ctx context.Context, c Change) (ChangeRequest, error) {
 		switch {
 		case row.Kind == string(KindRuleset):
 			after["edits"] = row.Edits
+		case row.Kind == string(KindOverride):
+			after["override"] = row.Override
 		case !row.Deleted && row.Kind != string(KindRollback):
 			after["yaml"] = row.YAML
 		}

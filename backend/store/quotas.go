@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -37,8 +38,8 @@ type QuotaUsage struct {
 	Limit       int64
 }
 
-// RecordQuota adds node nodeID's batch q (validated by the caller) to the
-// usage, in one transaction with q's seq, unless a batch of the same node
+// RecordQuota adds node nodeID's batch q (cleaned by the caller:
+// wire.Quota.Clean) to the usage, each sum saturating at math.MaxInt64, in one transaction with q's seq, unless a batch of the same node
 // epoch with this seq or a later one was applied already: then it is a
 // resend and adds nothing (applied false). Rows are written in key order,
 // at most quotaRowsPerStatement per statement, so two replicas writing at
@@ -60,7 +61,7 @@ func (s *Store) RecordQuota(ctx context.Context, nodeID string, q *wire.Quota) (
 			merged[k] = byStart
 		}
 		if r := byStart[u.Start]; r != nil {
-			r.used += u.Hits
+			r.used = addSaturating(r.used, u.Hits)
 			r.limit = u.Limit
 			continue
 		}
@@ -104,8 +105,11 @@ func (s *Store) RecordQuota(ctx context.Context, nodeID string, q *wire.Quota) (
 				start, end := rules.Unit(r.key[2]).Window(time.Unix(r.start, 0))
 				args = append(args, r.key[0], r.key[1], r.key[2], start, r.key[3], end, r.used, r.limit)
 			}
+			// The sum saturates at bigint's largest value: no batch can
+			// make the row unwritable for every later one.
 			b.WriteString(` ON CONFLICT (domain, rule, unit, period_start, value) DO UPDATE SET
-				used = quota_usage.used + EXCLUDED.used, quota_limit = EXCLUDED.quota_limit, updated_at = now()`)
+				used = LEAST(quota_usage.used::numeric + EXCLUDED.used, 9223372036854775807)::bigint,
+				quota_limit = EXCLUDED.quota_limit, updated_at = now()`)
 			if err := tx.Exec(b.String(), args...).Error; err != nil {
 				return err
 			}
@@ -116,6 +120,15 @@ func (s *Store) RecordQuota(ctx context.Context, nodeID string, q *wire.Quota) (
 		return false, fmt.Errorf("record quota batch %d of node %q: %w", q.Seq, nodeID, err)
 	}
 	return applied, nil
+}
+
+// addSaturating returns a+b for non-negative a and b, or math.MaxInt64
+// when that overflows.
+func addSaturating(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // QuotaFilter selects quota usage. Empty fields match everything. With a

@@ -1,11 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -41,6 +43,10 @@ type DomainRevision struct {
 	ChangedAt time.Time `json:"changed_at"`
 	Author    string    `json:"author"`
 	Message   string    `json:"message"`
+	// Overrides are the temporary overrides in effect (snapshots only; see
+	// overrides.go); nodes get YAML with them appended (Enforced).
+	Overrides []ActiveOverride `json:"overrides,omitempty"`
+	enforced  string           // YAML with Overrides, when it has some
 }
 
 // Snapshot is the whole ruleset at one version.
@@ -48,13 +54,17 @@ type Snapshot struct {
 	Version  int64            `json:"version"`
 	Checksum string           `json:"checksum"`
 	Domains  []DomainRevision `json:"domains"`
+	// RulesVersion is the latest version, at or before Version, that
+	// changed a domain's own YAML: versions that only start or end
+	// overrides do not move it, so GitOps tools compare it.
+	RulesVersion int64 `json:"rules_version"`
 }
 
 // WireDomains returns the snapshot's domains in push-protocol form.
 func (s Snapshot) WireDomains() []wire.DomainConfig {
 	out := make([]wire.DomainConfig, len(s.Domains))
 	for i, d := range s.Domains {
-		out[i] = wire.DomainConfig{Name: d.Name, YAML: d.YAML}
+		out[i] = wire.DomainConfig{Name: d.Name, YAML: d.Enforced()}
 	}
 	return out
 }
@@ -105,6 +115,12 @@ type Change struct {
 	// Rollout, for KindPublish, stages the new version to the nodes it
 	// selects (see rollout.go); nil sends it to every node.
 	Rollout *RolloutSpec
+	// Override is what a KindOverride change publishes; OverrideID and
+	// EndStatus say which override a KindOverrideEnd change ends, and how
+	// (see overrides.go).
+	Override   *OverrideSpec
+	OverrideID int64
+	EndStatus  string
 }
 
 // ErrApprovalRequired is returned by Publish when the require_approval
@@ -220,6 +236,9 @@ func snapshotAt(tx *gorm.DB, v int64) ([]DomainRevision, error) {
 			out = append(out, r.revision())
 		}
 	}
+	if err := attachOverrides(tx, v, out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -267,6 +286,10 @@ type plan struct {
 	checkBase  bool
 	rollbackOf *int64
 	edits      []DomainEdit // KindRuleset only
+	// KindOverride and KindOverrideEnd only.
+	override   *OverrideSpec
+	overrideID int64
+	endStatus  string
 }
 
 // resolve checks c against the ruleset at head and works out its content.
@@ -298,6 +321,10 @@ func resolve(tx *gorm.DB, c Change, head int64) (plan, error) {
 			return plan{}, err
 		}
 		p.edits = edits
+	case KindOverride, KindOverrideEnd:
+		if err := resolveOverride(tx, c, &p, head); err != nil {
+			return plan{}, err
+		}
 	case KindDomainRollback, KindRollback:
 		if c.RollbackTo <= 0 || c.RollbackTo > head {
 			return plan{}, fmt.Errorf("version %d: %w", c.RollbackTo, rules.ErrNotFound)
@@ -351,6 +378,9 @@ func check(tx *gorm.DB, p plan, head int64) error {
 	if p.kind == KindRuleset {
 		return checkEdits(tx, p, head)
 	}
+	if p.kind == KindOverride || p.kind == KindOverrideEnd {
+		return checkOverride(tx, p, head)
+	}
 	if p.kind == KindRollback {
 		if p.checkBase && head > p.base {
 			return &ConflictError{Base: p.base, ChangedIn: head}
@@ -379,6 +409,7 @@ type versionMeta struct {
 	message    string
 	approvedBy *string
 	changeID   *int64
+	breakGlass bool // published although approval is required
 }
 
 // apply writes p as version v, with its audit event by act. While a
@@ -407,6 +438,8 @@ func applyPlan(tx *gorm.DB, p plan, v int64, meta versionMeta, act Actor) error 
 		return applyRollback(tx, p, v, meta, act)
 	case KindRuleset:
 		return applyEdits(tx, p, v, meta, act)
+	case KindOverride, KindOverrideEnd:
+		return applyOverride(tx, p, v, meta, act)
 	}
 	before, err := revisionAt(tx, p.domain, v-1)
 	if err != nil {
@@ -497,11 +530,17 @@ func applyRollback(tx *gorm.DB, p plan, v int64, meta versionMeta, act Actor) er
 // written. Every path that creates a version goes through it, so it is where
 // a version too large for the nodes is refused (SnapshotTooLargeError).
 func writeVersion(tx *gorm.DB, v int64, p plan, meta versionMeta) error {
+	if err := endOverridesOfDeleted(tx, v, meta); err != nil {
+		return err
+	}
 	domains, err := snapshotAt(tx, v)
 	if err != nil {
 		return err
 	}
 	if err := checkSnapshotSize(v, domains); err != nil {
+		return err
+	}
+	if err := keepEnforced(tx, v, domains); err != nil {
 		return err
 	}
 	row := versionRow{Version: v, CreatedAt: time.Now().UTC(), Author: meta.author, Message: meta.message,
@@ -560,7 +599,11 @@ func (s *Store) Publish(ctx context.Context, c Change) (int64, error) {
 		if err != nil {
 			return err
 		}
-		if required && c.BreakGlass == "" {
+		// Ending an override only returns to reviewed rules: it never
+		// waits. An urgent override breaks glass with its message.
+		urgent := c.Kind == KindOverride && c.Override != nil && c.Override.Urgent
+		required = required && c.Kind != KindOverrideEnd
+		if required && c.BreakGlass == "" && !urgent {
 			return ErrApprovalRequired
 		}
 		if c.Rollout != nil && c.Kind != KindPublish && c.Kind != "" {
@@ -574,7 +617,7 @@ func (s *Store) Publish(ctx context.Context, c Change) (int64, error) {
 		if err != nil {
 			return err
 		}
-		if err := apply(tx, p, v, versionMeta{author: c.Actor.Name, message: c.Message}, c.Actor); err != nil {
+		if err := apply(tx, p, v, versionMeta{author: c.Actor.Name, message: c.Message, breakGlass: required}, c.Actor); err != nil {
 			return err
 		}
 		if c.Rollout != nil {
@@ -583,6 +626,10 @@ func (s *Store) Publish(ctx context.Context, c Change) (int64, error) {
 			}
 		}
 		version = v
+		if required && c.Kind == KindOverride {
+			return appendAudit(tx, c.Actor, "override.break_glass", changeTarget(p), cmp.Or(c.BreakGlass, c.Message), nil,
+				map[string]any{"version": v, "kind": string(p.kind), "message": c.Message})
+		}
 		if required {
 			return appendAudit(tx, c.Actor, "change.break_glass", changeTarget(p), c.BreakGlass, nil,
 				map[string]any{"version": v, "kind": string(p.kind), "message": c.Message})
@@ -612,6 +659,12 @@ func describeChange(c Change) string {
 		return fmt.Sprintf("deletion of domain %q", c.Domain)
 	case KindRuleset:
 		return fmt.Sprintf("change of %d domains", len(c.Edits))
+	case KindOverride:
+		if c.Override != nil {
+			return fmt.Sprintf("override of %s in domain %q", rules.FormatEntries(c.Override.Entries), c.Override.Domain)
+		}
+	case KindOverrideEnd:
+		return fmt.Sprintf("end of override %d", c.OverrideID)
 	}
 	return fmt.Sprintf("domain %q", c.Domain)
 }
@@ -644,7 +697,7 @@ func (s *Store) FindSnapshot(ctx context.Context, v int64) (Snapshot, error) {
 			return err
 		}
 		snap = Snapshot{Version: v, Checksum: row.Checksum, Domains: domains}
-		return nil
+		return tx.Raw("SELECT coalesce(max(version), 0) FROM domain_revisions WHERE version <= ?", v).Scan(&snap.RulesVersion).Error
 	}, readOnly)
 	return snap, err
 }
@@ -695,7 +748,8 @@ type VersionFilter struct {
 func (s *Store) ListVersions(ctx context.Context, f VersionFilter) ([]Version, int64, error) {
 	q := s.db.WithContext(ctx).Model(&versionRow{}).Order("version DESC")
 	if f.Domain != "" {
-		q = q.Where("EXISTS (SELECT 1 FROM domain_revisions r WHERE r.version = versions.version AND r.domain = ?)", f.Domain)
+		q = q.Where(`EXISTS (SELECT 1 FROM domain_revisions r WHERE r.version = versions.version AND r.domain = ?)
+			OR EXISTS (SELECT 1 FROM overrides o WHERE o.domain = ? AND versions.version IN (o.version, o.ended_version))`, f.Domain, f.Domain)
 	}
 	if f.Author != "" {
 		q = q.Where("author = ?", f.Author)
@@ -746,9 +800,16 @@ func (s *Store) fillDomains(ctx context.Context, vs []Version) error {
 	if err != nil {
 		return fmt.Errorf("list changed domains: %w", err)
 	}
+	changed := make(map[int64][]string, len(vs))
 	for _, r := range rows {
-		i := at[r.Version]
-		vs[i].Domains = append(vs[i].Domains, r.Domain)
+		changed[r.Version] = append(changed[r.Version], r.Domain)
+	}
+	if err := overrideDomainsOf(s.db.WithContext(ctx), ids, changed); err != nil {
+		return err
+	}
+	for v, ds := range changed {
+		slices.Sort(ds)
+		vs[at[v]].Domains = ds
 	}
 	return nil
 }

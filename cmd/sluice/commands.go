@@ -39,6 +39,9 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	fs.bool(&cfg.MetricsAuth, "metrics-auth", "SLUICE_METRICS_AUTH", false, "require a viewer (or higher) session or Bearer token for /metrics (default: open, like /healthz)")
 	fs.string(&cfg.PublicURL, "public-url", "SLUICE_PUBLIC_URL", "", "the console's address as users reach it, for links in alerts (default: http:// and the listen address)")
 	fs.duration(&cfg.StatsRetention, "stats-retention", "SLUICE_STATS_RETENTION", stats.DefaultRetention, "how long per-minute traffic history, spikes and alert deliveries are kept")
+	fs.string(&cfg.RedisURL, "redis-url", "REDIS_URL", "", "the Redis the enforcers count in, in the enforcer's --redis-url forms (Cluster and Sentinel too), for the support desk's inspect and reset (off when empty: they answer 503)")
+	var sso ssoFlags
+	sso.define(fs)
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
 	if err := fs.parse(args); err != nil {
@@ -49,13 +52,17 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 			cfg.TrustedProxies = append(cfg.TrustedProxies, strings.TrimSpace(p))
 		}
 	}
+	if err := sso.apply(&cfg); err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
 	if printConfig {
 		pw := ""
 		if cfg.AdminPassword != "" {
 			pw = "xxxxx"
 		}
-		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nmetrics_auth=%t\npublic_url=%s\nstats_retention=%s\nlog_level=%s\n",
-			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, cfg.MetricsAuth, cfg.PublicURL, cfg.StatsRetention, logLevel)
+		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nmetrics_auth=%t\npublic_url=%s\nstats_retention=%s\nredis_url=%s\nlog_level=%s\n",
+			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, cfg.MetricsAuth, cfg.PublicURL, cfg.StatsRetention, redact(cfg.RedisURL), logLevel)
+		sso.print(stdout, cfg)
 		return nil
 	}
 	log, err := newLogger(logLevel, stderr)

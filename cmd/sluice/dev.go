@@ -86,6 +86,7 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 		return err
 	}
 	console, node := cfg.console, cfg.node
+	console.RedisURL = node.RedisURL // the support desk reads the node's counters
 	log, err := newLogger(cfg.logLevel, stderr)
 	if err != nil {
 		return err

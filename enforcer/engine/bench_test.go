@@ -89,3 +89,38 @@ func BenchmarkStatsCost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStatsCostLimited is BenchmarkStatsCost where every check is
+// limited (1 per hour, 1,000 keys): each one counts its value for the
+// console's per-value history.
+func BenchmarkStatsCostLimited(b *testing.B) {
+	for _, on := range []bool{true, false} {
+		name := "stats=on"
+		var opts []engine.Option
+		if !on {
+			name, opts = "stats=off", []engine.Option{engine.WithoutStats()}
+		}
+		b.Run(name, func(b *testing.B) {
+			eng := engine.New(limiter.NewLocal(limiter.LocalOptions{}), "", opts...)
+			if err := eng.Apply(1, compile(b, "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1, name: per-key}\n")); err != nil {
+				b.Fatal(err)
+			}
+			reqs := make([]engine.Request, 1000)
+			for i := range reqs {
+				reqs[i] = engine.Request{Domain: "api", Descriptors: []engine.Descriptor{{Entries: []rules.Entry{{Key: "k", Value: "v" + strconv.Itoa(i)}}}}}
+			}
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := eng.Check(context.Background(), reqs[int(n.Add(1))%len(reqs)]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			if on {
+				eng.TakeStats() // a node drains them every second
+			}
+		})
+	}
+}

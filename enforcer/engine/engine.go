@@ -60,6 +60,15 @@
 // through a Redis outage; the failure mode applies once it is spent.
 // token_bucket, policing leaky_bucket, fixed_window and
 // sliding_window_counter; never sliding_window_log.
+//
+// # Inspecting
+//
+// Limits, Inspect and Reset (inspect.go) serve the console's support desk:
+// the limits a request's descriptors match, matched as Check matches them
+// and keyed as Check counts them, with their counters read by a read-only
+// script (limiter.Redis.Peek: nothing is consumed or written), and the
+// deletion of those counters. A sharded limit is summed over its shards;
+// leased units count as used.
 package engine
 
 import (
@@ -412,13 +421,7 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	if rs == nil {
 		return Result{}, ErrNoRuleset
 	}
-	if req.Domain == "" {
-		return Result{}, fmt.Errorf("%w: domain must not be empty", ErrInvalidRequest)
-	}
-	if len(req.Descriptors) == 0 {
-		return Result{}, fmt.Errorf("%w: descriptors must not be empty", ErrInvalidRequest)
-	}
-	if err := checkBounds(&req); err != nil {
+	if err := checkRequest(&req); err != nil {
 		return Result{}, err
 	}
 	res := Result{Code: OK, Statuses: make([]Status, len(req.Descriptors)), Version: rs.version}
@@ -559,6 +562,18 @@ func (e *Engine) peek(ctx context.Context, res *Result, reqs []limiter.Request, 
 		s.ResetAfter = ds[j].ResetAfter
 		s.RetryAfter, s.Delay = 0, 0
 	}
+}
+
+// checkRequest refuses a request without a domain or descriptors, or over
+// the bounds of one request.
+func checkRequest(req *Request) error {
+	if req.Domain == "" {
+		return fmt.Errorf("%w: domain must not be empty", ErrInvalidRequest)
+	}
+	if len(req.Descriptors) == 0 {
+		return fmt.Errorf("%w: descriptors must not be empty", ErrInvalidRequest)
+	}
+	return checkBounds(req)
 }
 
 // checkBounds refuses a request over the bounds of one request.
@@ -731,30 +746,10 @@ type adjustment struct {
 // tokens, and a request that fits only in that extra depth is admitted
 // with a delay (GCRA with a larger tolerance, translated back by adjust).
 func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Limit, hits int64, shape bool) (limiter.Request, adjustment) {
-	period := l.Period
-	if period <= 0 {
-		period = l.Unit.Period()
-	}
-	limit := int64(l.RequestsPerUnit)
-	burst := int64(l.Burst)
-	if burst == 0 {
-		burst = limit
-	}
-	r := limiter.Request{
-		Key:       limiter.Key(e.prefix, domain, entries),
-		Algorithm: l.Algorithm,
-		Limit:     limit,
-		Period:    period,
-		Burst:     burst,
-		Hits:      hits,
-		Calendar:  l.Calendar,
-	}
+	r := e.counterRequest(domain, entries, l, hits)
 	var a adjustment
 	if n := int64(l.Shards); n > 1 {
-		shard := e.shardSeq.Add(1) % uint64(n)
-		r.Key = shardKey(r.Key, shard)
-		r.Limit = limiter.Share(limit, n)
-		r.Burst = limiter.Share(burst, n)
+		r = shardRequest(r, n, e.shardSeq.Add(1)%uint64(n))
 		a.shards = n
 	}
 	if !shape || l.OnLimit.Action != rules.Delay || l.OnLimit.MaxDelay <= 0 {
@@ -771,6 +766,39 @@ func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Lim
 		}
 	}
 	return r, a
+}
+
+// counterRequest is the store request for one descriptor's limit, before
+// sharding and shaping: its key (from the counter entries) and its
+// algorithm, limit, period, burst and calendar.
+func (e *Engine) counterRequest(domain string, entries []rules.Entry, l *rules.Limit, hits int64) limiter.Request {
+	period := l.Period
+	if period <= 0 {
+		period = l.Unit.Period()
+	}
+	limit := int64(l.RequestsPerUnit)
+	burst := int64(l.Burst)
+	if burst == 0 {
+		burst = limit
+	}
+	return limiter.Request{
+		Key:       limiter.Key(e.prefix, domain, entries),
+		Algorithm: l.Algorithm,
+		Limit:     limit,
+		Period:    period,
+		Burst:     burst,
+		Hits:      hits,
+		Calendar:  l.Calendar,
+	}
+}
+
+// shardRequest is shard number shard of n of the counter request r: its
+// key and its share of the limit and of the burst.
+func shardRequest(r limiter.Request, n int64, shard uint64) limiter.Request {
+	r.Key = shardKey(r.Key, shard)
+	r.Limit = limiter.Share(r.Limit, n)
+	r.Burst = limiter.Share(r.Burst, n)
+	return r
 }
 
 // overrideKey returns the key of a limit override's counter: each override

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/rules/wire"
 )
 
 // Tests of what one request may cost (issue 13, defect 1).
@@ -192,5 +193,59 @@ func TestCheckHeavyFailuresDoNotOpenTheBreaker(t *testing.T) {
 	}
 	if b.State() != breaker.Open {
 		t.Errorf("breaker %v after 3 failures of checks of %d limits, want open", b.State(), engine.HeavyLimits)
+	}
+}
+
+// TestReportedValuesAreText: descriptor values holding NUL or invalid UTF-8
+// (an anonymous client's choice) are limited and counted as they came, but
+// reported in stats and quota usage through wire.Value, so a node never
+// builds a row the console cannot store; distinct values stay distinct.
+func TestReportedValuesAreText(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)}
+	eng := quotaEngine(t, c, 0)
+	bill := func(key, value string) engine.Request {
+		return engine.Request{Domain: "bill", Descriptors: []engine.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}}}}
+	}
+	values := []string{"\x00evil", "\xffevil", "ok"}
+	for _, v := range values {
+		for range 3 {
+			check(t, eng, bill("key", v)) // monthly: 5 a month, all admitted
+			check(t, eng, bill("burst", v))
+		}
+	}
+	usage, _, _ := eng.TakeQuota(0)
+	got := map[string]int64{}
+	for _, u := range usage {
+		got[u.Value] += u.Hits
+	}
+	want := map[string]int64{}
+	for _, v := range values {
+		want[wire.Value(v)] = 3
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("quota usage by value %v, want %v", got, want)
+	}
+	q := &wire.Quota{Epoch: "e", Seq: 1, Usage: usage}
+	if err := q.Validate(); err != nil {
+		t.Errorf("the node's quota batch: %v", err)
+	}
+
+	stats := eng.TakeStats()
+	top := map[string]int64{}
+	for _, r := range stats {
+		if r.Rule == "per-second" {
+			for _, v := range r.TopLimited {
+				top[v.Value] = v.Count
+			}
+		}
+	}
+	for _, v := range values {
+		if top[wire.Value(v)] != 2 { // 1 a second: 2 of 3 limited
+			t.Errorf("top limited %v, want %q limited twice", top, wire.Value(v))
+		}
+	}
+	s := &wire.Stats{IntervalMS: 1000, Rules: stats}
+	if err := s.Validate(); err != nil {
+		t.Errorf("the node's stats: %v", err)
 	}
 }

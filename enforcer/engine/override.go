@@ -42,7 +42,7 @@ func overrideLimit(domain string, o *Override, matched *rules.Limit, def rules.A
 	}
 	l := &rules.Limit{
 		Domain:          domain,
-		Name:            "override",
+		Name:            rules.OverrideName,
 		Unit:            o.Unit,
 		RequestsPerUnit: o.RequestsPerUnit,
 		Burst:           o.RequestsPerUnit,

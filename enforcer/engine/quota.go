@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 	"sync"
 	"time"
@@ -37,9 +35,11 @@ import (
 //
 // The value is the limit's counter value (the request's, or the shared
 // wildcard of a share_threshold level): the entry's value for a one-entry
-// descriptor, "key=value" pairs joined by ", " otherwise. A value longer
-// than wire.MaxQuotaValueBytes is recorded as its first bytes, "…" and 16
-// hex digits of its SHA-256, so distinct long values stay distinct.
+// descriptor, "key=value" pairs joined by ", " otherwise, through
+// wire.Value: a value longer than wire.MaxQuotaValueBytes, or holding NUL
+// or invalid UTF-8, is recorded as its first bytes (cleaned), "…" and 16
+// hex digits of its SHA-256, so distinct values stay distinct and the
+// console can store every one.
 //
 // Bounds: the engine holds at most QuotaMaxEntries distinct (limit, value,
 // period) entries not yet taken; from QuotaSoftEntries on it signals
@@ -76,10 +76,8 @@ type quotas struct {
 // boundary.
 func WithQuotaClock(now func() time.Time) Option { return func(e *Engine) { e.quota.now = now } }
 
-// isQuota reports whether l is a quota: a calendar fixed_window.
-func isQuota(l *rules.Limit) bool {
-	return l != nil && l.Calendar && l.Algorithm == rules.FixedWindow && l.Unit.Calendar() && !l.Unlimited
-}
+// isQuota reports whether l is a quota (rules.Limit.Quota).
+func isQuota(l *rules.Limit) bool { return l != nil && l.Quota() }
 
 // count records the admitted hits of the quotas of a decided check.
 func (q *quotas) count(req *Request, res *Result) {
@@ -161,12 +159,7 @@ func quotaValue(entries []rules.Entry) string {
 		}
 		v = b.String()
 	}
-	if len(v) <= wire.MaxQuotaValueBytes {
-		return v
-	}
-	sum := sha256.Sum256([]byte(v))
-	const tail = len("…") + 16
-	return strings.ToValidUTF8(wire.Cut(v, wire.MaxQuotaValueBytes-tail), "") + "…" + hex.EncodeToString(sum[:8])
+	return wire.Value(v)
 }
 
 // TakeQuota removes and returns up to limit recorded quota usage entries

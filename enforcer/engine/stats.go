@@ -13,26 +13,32 @@ import (
 
 // Bounds of the per-rule statistics.
 const (
-	// topTracked is how many distinct limited values each rule tracks per
-	// stats interval (Space-Saving: a value limited more than 1/topTracked
-	// of the rule's limited requests is always among them, and a count is
-	// over by at most the smallest tracked count).
-	topTracked = 64
-	// maxValueBytes cuts long descriptor values in TopLimited.
-	maxValueBytes = 256
+	// maxTrackedValues bounds the distinct limited values the node tracks
+	// over all rules in one stats interval (wire.MaxValues per rule); a
+	// value beyond either bound is counted in the rule's Limited without
+	// its value. The tracked values hold about 140 bytes each at 16-byte
+	// values (9 MB when full; BenchmarkValueSketchMemory), at most about
+	// 25 MB at maxValueBytes.
+	maxTrackedValues = 65536
+	// maxValueBytes is how much of a descriptor of several entries
+	// valueOf joins before wire.Value shortens it.
+	maxValueBytes = wire.MaxValueBytes
 )
 
 // ruleStats counts one rule's decisions since the last TakeStats.
 type ruleStats struct {
 	allowed, limited, shadow, storeErrors int64
-	top                                   map[string]int64 // limited values, at most topTracked
+	// values counts each limited value exactly, for at most
+	// wire.MaxValues values (and maxTrackedValues over all rules).
+	values map[string]int64
 }
 
 // stats holds the per-rule counts; the zero value is ready.
 type stats struct {
-	mu    sync.Mutex
-	rules map[[2]string]*ruleStats // by domain, rule name
-	pv    previewState             // the impact preview's recorder (preview.go)
+	mu      sync.Mutex
+	rules   map[[2]string]*ruleStats // by domain, rule name
+	tracked int                      // distinct values in every rule's values
+	pv      previewState             // the impact preview's recorder (preview.go)
 }
 
 // count records the outcome of each matched limit of a decided check. A
@@ -76,37 +82,38 @@ func (st *stats) count(req *Request, res *Result) {
 			rs.shadow++
 		case s.Code == OverLimit:
 			rs.limited++
-			rs.addTop(valueOf(req.Descriptors[i].Entries))
+			st.addValue(rs, req.Descriptors[i].Entries)
 		case allowed:
 			rs.allowed++
 		}
 	}
 }
 
-// addTop counts one limited value, Space-Saving style: when topTracked
-// values are tracked already, the least counted one gives its place (and
-// its count, plus one) to v.
-func (rs *ruleStats) addTop(v string) {
-	if rs.top == nil {
-		rs.top = make(map[string]int64)
-	}
-	if _, ok := rs.top[v]; ok || len(rs.top) < topTracked {
-		rs.top[v]++
+// addValue counts one limited request of rs by its value, exactly while
+// the value is tracked or there is room to track it; caller holds st.mu.
+// A value beyond the bounds is left out (its request is still in
+// rs.limited), which the console reads as a figure that is only a lower
+// bound.
+func (st *stats) addValue(rs *ruleStats, entries []rules.Entry) {
+	v := valueOf(entries)
+	if n, ok := rs.values[v]; ok {
+		rs.values[v] = n + 1
 		return
 	}
-	minV, minN := "", int64(-1)
-	for k, n := range rs.top {
-		if minN < 0 || n < minN || (n == minN && k < minV) {
-			minV, minN = k, n
-		}
+	if len(rs.values) >= wire.MaxValues || st.tracked >= maxTrackedValues {
+		return
 	}
-	delete(rs.top, minV)
-	rs.top[v] = minN + 1
+	if rs.values == nil {
+		rs.values = make(map[string]int64)
+	}
+	rs.values[v] = 1
+	st.tracked++
 }
 
-// valueOf names a request descriptor in TopLimited: the value of a
-// one-entry descriptor, key=value pairs joined by ", " otherwise; cut to
-// maxValueBytes.
+// valueOf names a request descriptor in Values and TopLimited: the value
+// of a one-entry descriptor, key=value pairs joined by ", " otherwise (cut
+// once past maxValueBytes); through wire.Value, so NUL, invalid UTF-8 or a
+// long value is never sent as it came.
 func valueOf(entries []rules.Entry) string {
 	var v string
 	if len(entries) == 1 {
@@ -126,16 +133,16 @@ func valueOf(entries []rules.Entry) string {
 		}
 		v = b.String()
 	}
-	if len(v) > maxValueBytes {
-		v = strings.ToValidUTF8(v[:maxValueBytes], "")
-	}
-	return v
+	return wire.Value(v)
 }
 
 // TakeStats returns the decisions counted per rule since its previous call
-// (since New, for the first), sorted by domain and rule, with each rule's
-// most limited descriptor values (wire.MaxTopValues at most, most first),
-// and starts counting afresh. It is the enforcer's subscriber.StatsSource.
+// (since New, for the first), sorted by domain and rule, and starts
+// counting afresh. It is the enforcer's subscriber.StatsSource. Each rule
+// carries the exact count of every value it limited as far as they were
+// tracked (Values, most first; at most wire.MaxValues per rule, and
+// maxTrackedValues over all) and the most limited of them (TopLimited, at
+// most wire.MaxTopValues).
 //
 // Allowed and Limited count the requests a rule admitted and rejected
 // (including those the in-process limiter decided during a store outage,
@@ -147,7 +154,7 @@ func (e *Engine) TakeStats() []wire.RuleStats {
 	st := &e.stats
 	st.mu.Lock()
 	taken := st.rules
-	st.rules = nil
+	st.rules, st.tracked = nil, 0
 	st.mu.Unlock()
 
 	out := make([]wire.RuleStats, 0, len(taken))
@@ -156,14 +163,15 @@ func (e *Engine) TakeStats() []wire.RuleStats {
 			Domain: key[0], Rule: key[1],
 			Allowed: rs.allowed, Limited: rs.limited, ShadowLimited: rs.shadow, StoreErrors: rs.storeErrors,
 		}
-		for v, n := range rs.top {
-			r.TopLimited = append(r.TopLimited, wire.ValueCount{Value: v, Count: n})
-		}
-		slices.SortFunc(r.TopLimited, func(a, b wire.ValueCount) int {
-			return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Value, b.Value))
-		})
-		if len(r.TopLimited) > wire.MaxTopValues {
-			r.TopLimited = r.TopLimited[:wire.MaxTopValues]
+		if len(rs.values) > 0 {
+			r.Values = make([]wire.ValueCount, 0, len(rs.values))
+			for v, n := range rs.values {
+				r.Values = append(r.Values, wire.ValueCount{Value: v, Count: n})
+			}
+			slices.SortFunc(r.Values, func(a, b wire.ValueCount) int {
+				return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Value, b.Value))
+			})
+			r.TopLimited = slices.Clone(r.Values[:min(len(r.Values), wire.MaxTopValues)])
 		}
 		out = append(out, r)
 	}

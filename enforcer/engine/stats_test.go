@@ -30,7 +30,8 @@ func TestTakeStats(t *testing.T) {
 
 	want := []wire.RuleStats{
 		{Domain: "api", Rule: "free-plan", Allowed: 1, ShadowLimited: 1},
-		{Domain: "api", Rule: "per-user", Allowed: 5, Limited: 5, TopLimited: []wire.ValueCount{{Value: "u1", Count: 4}, {Value: "u2", Count: 1}}},
+		{Domain: "api", Rule: "per-user", Allowed: 5, Limited: 5, TopLimited: []wire.ValueCount{{Value: "u1", Count: 4}, {Value: "u2", Count: 1}},
+			Values: []wire.ValueCount{{Value: "u1", Count: 4}, {Value: "u2", Count: 1}}},
 	}
 	if diff := cmp.Diff(want, eng.TakeStats()); diff != "" {
 		t.Errorf("first interval (-want +got):\n%s", diff)
@@ -49,7 +50,8 @@ func TestTakeStats(t *testing.T) {
 	}
 	want = []wire.RuleStats{
 		{Domain: "api", Rule: "closed", StoreErrors: 1},
-		{Domain: "api", Rule: "local", Allowed: 5, Limited: 1, StoreErrors: 6, TopLimited: []wire.ValueCount{{Value: "x", Count: 1}}},
+		{Domain: "api", Rule: "local", Allowed: 5, Limited: 1, StoreErrors: 6, TopLimited: []wire.ValueCount{{Value: "x", Count: 1}},
+			Values: []wire.ValueCount{{Value: "x", Count: 1}}},
 		{Domain: "api", Rule: "open", StoreErrors: 1},
 	}
 	if diff := cmp.Diff(want, dead.TakeStats()); diff != "" {

@@ -103,6 +103,15 @@
 // also keeps an over-limit cache: a limit known to reject until some time is
 // answered without asking Redis.
 //
+// # Reading and resetting counters
+//
+// Peek reads limits' counters (remaining, reset-after, at Redis TIME)
+// without consuming anything: a separate read-only script (peek.lua)
+// decides 0 hits with the same algorithm files and calls no store, run
+// with EVALSHA_RO on Redis 7+ so that the server refuses any write too.
+// Reset deletes limits' state (every algorithm's key of each, one DEL per
+// limit on its hash slot). The console's support desk uses both.
+//
 // # Local fallback
 //
 // Local implements the same Take in process, with the same arithmetic, for

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -579,4 +580,70 @@ func decideSlidingCounter(st *lstate, now float64, s *spec, force bool) lresult 
 		r.rem, r.reset = r.rem0, r.reset0
 	}
 	return r
+}
+
+// Peek reads the counters of reqs (their Hits and MaxDelay are ignored) as
+// Redis.Peek does, with the limits scaled to this node's share as Take
+// scales them, without changing anything.
+func (l *Local) Peek(_ context.Context, reqs []Request) ([]State, error) {
+	n := l.nodes.Load()
+	specs := make([]spec, len(reqs))
+	for i, r := range reqs {
+		r.Hits, r.MaxDelay = 0, 0
+		if n > 1 {
+			r.Limit, r.Burst = Share(r.Limit, n), Share(r.Burst, n)
+		}
+		s, err := specOf(r)
+		if err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		specs[i] = s
+	}
+	var now int64
+	if l.now != nil {
+		now = l.now()
+	} else {
+		now = time.Now().UnixMicro()
+	}
+	at := time.UnixMicro(now).UTC()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]State, len(specs))
+	for i := range specs {
+		s := &specs[i]
+		r := localDecide(l.load(s, now), float64(now), s, false)
+		out[i] = State{
+			Limit:      s.capacity,
+			Remaining:  int64(clampF(math.Floor(r.rem0), 0, float64(s.capacity))),
+			ResetAfter: micros(int64(clampF(math.Ceil(r.reset0), 0, maxMicros))),
+			At:         at,
+		}
+	}
+	return out, nil
+}
+
+// Reset forgets the state of the limits whose Request.Key is in keys, under
+// every algorithm, as Redis.Reset does, and returns how many were live.
+func (l *Local) Reset(_ context.Context, keys []string) (int64, error) {
+	now := time.Now().UnixMicro()
+	if l.now != nil {
+		now = l.now()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for _, k := range keys {
+		if k == "" {
+			return n, fmt.Errorf("%w: empty key", ErrInvalidRequest)
+		}
+		for _, sk := range StateKeys(k) {
+			if st, ok := l.states[sk]; ok {
+				if now < st.expires {
+					n++
+				}
+				delete(l.states, sk)
+			}
+		}
+	}
+	return n, nil
 }

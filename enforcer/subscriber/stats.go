@@ -10,8 +10,10 @@ import (
 
 // encodeStats encodes st within the protocol's limits, which the console
 // enforces by closing the connection: at most wire.MaxStatsRules rules and
-// wire.MaxTopValues top values each, and wire.MaxNodeMessageBytes in all.
-// When the message is too big, top values go first, then the impact
+// wire.MaxTopValues top values and wire.MaxValues values each, and
+// wire.MaxNodeMessageBytes in all. When the message is too big, each rule
+// names fewer of its values (halving, the least limited go first), then
+// top values go, then the impact
 // preview's spans (at most wire.MaxStatsRules; a preview lost so shows as a
 // gap in that span's replay), then the least busy rules.
 func encodeStats(st wire.Stats) ([]byte, error) {
@@ -30,9 +32,30 @@ func encodeStats(st wire.Stats) ([]byte, error) {
 	if len(st.Preview) > wire.MaxStatsRules {
 		st.Preview = st.Preview[:wire.MaxStatsRules]
 	}
+	for i := range rules {
+		if len(rules[i].Values) > wire.MaxValues {
+			rules[i].Values = rules[i].Values[:wire.MaxValues]
+		}
+	}
 	data, err := json.Marshal(st)
 	if err != nil || len(data) <= wire.MaxNodeMessageBytes {
 		return data, err
+	}
+	// Too big: first name fewer values per rule (the most limited are
+	// kept: Values comes most first), which only makes the console's
+	// per-value figures lower bounds.
+	for keep := wire.MaxValues / 2; ; keep /= 2 {
+		for i := range st.Rules {
+			if len(st.Rules[i].Values) > keep {
+				st.Rules[i].Values = st.Rules[i].Values[:keep]
+			}
+		}
+		if data, err = json.Marshal(st); err != nil || len(data) <= wire.MaxNodeMessageBytes {
+			return data, err
+		}
+		if keep == 0 {
+			break
+		}
 	}
 	for i := range st.Rules {
 		st.Rules[i].TopLimited = nil

@@ -3,6 +3,8 @@ package subscriber_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -111,5 +113,45 @@ func TestEncodeStatsFitsLimits(t *testing.T) {
 				t.Errorf("top values kept %v, want %v", hasTop, tt.wantTop)
 			}
 		})
+	}
+}
+
+// TestEncodeStatsTrimsValues: a report whose values do not fit names fewer
+// values per rule, the most limited kept, before it drops anything else.
+func TestEncodeStatsTrimsValues(t *testing.T) {
+	rules := make([]wire.RuleStats, 40)
+	for i := range rules {
+		r := wire.RuleStats{Domain: "api", Rule: fmt.Sprintf("rule-%d", i)}
+		for j := range wire.MaxValues {
+			r.Values = append(r.Values, wire.ValueCount{Value: fmt.Sprintf("customer-%010d", j), Count: int64(2*wire.MaxValues - j)})
+		}
+		r.Limited = 0
+		for _, v := range r.Values {
+			r.Limited += v.Count
+		}
+		r.TopLimited = slices.Clone(r.Values[:wire.MaxTopValues])
+		rules[i] = r
+	}
+	data, err := subscriber.EncodeStats(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000, Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > wire.MaxNodeMessageBytes {
+		t.Fatalf("%d bytes, over the %d limit", len(data), wire.MaxNodeMessageBytes)
+	}
+	var got wire.Stats
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatalf("console would refuse it: %v", err)
+	}
+	if len(got.Rules) != len(rules) {
+		t.Fatalf("%d rules, want all %d", len(got.Rules), len(rules))
+	}
+	for _, r := range got.Rules {
+		if len(r.Values) == 0 || len(r.Values) >= wire.MaxValues || r.Values[0] != rules[0].Values[0] || len(r.TopLimited) != wire.MaxTopValues {
+			t.Fatalf("rule %s: %d values (first %v), %d top: want fewer values, the most limited first, top kept", r.Rule, len(r.Values), r.Values[0], len(r.TopLimited))
+		}
 	}
 }

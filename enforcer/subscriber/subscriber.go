@@ -592,30 +592,5 @@ func (s *Subscriber) apply(snap *wire.Snapshot) error {
 }
 
 // Compile verifies snap's checksum and compiles its domains into one
-// ruleset. Each domain's YAML must declare the domain it is published as.
-func Compile(snap *wire.Snapshot) (*rules.Set, error) {
-	if got := wire.Checksum(snap.Domains); got != snap.Checksum {
-		return nil, fmt.Errorf("checksum mismatch: computed %s, snapshot says %q", got, snap.Checksum)
-	}
-	domains := make([]*rules.Domain, 0, len(snap.Domains))
-	seen := make(map[string]bool, len(snap.Domains))
-	for _, dc := range snap.Domains {
-		if seen[dc.Name] {
-			return nil, fmt.Errorf("domain %q appears twice", dc.Name)
-		}
-		seen[dc.Name] = true
-		d, err := rules.Parse(dc.Name+".yaml", []byte(dc.YAML))
-		if err != nil {
-			return nil, fmt.Errorf("domain %q: %w", dc.Name, err)
-		}
-		if d.Name != dc.Name {
-			return nil, fmt.Errorf("domain %q: yaml declares domain %q", dc.Name, d.Name)
-		}
-		domains = append(domains, d)
-	}
-	set, err := rules.Compile(domains)
-	if err != nil {
-		return nil, fmt.Errorf("compile ruleset: %w", err)
-	}
-	return set, nil
-}
+// ruleset (wire.Compile).
+func Compile(snap *wire.Snapshot) (*rules.Set, error) { return wire.Compile(snap) }

@@ -127,10 +127,17 @@ type schema struct {
 	MaxLength            *int             `yaml:"maxLength"`
 	Pattern              string           `yaml:"pattern"`
 	Items                *schema          `yaml:"items"`
-	Required             []string         `yaml:"required"`
+	Required             *[]string        `yaml:"required"` // nil: every property (see required)
 	Properties           ordered[*schema] `yaml:"properties"`
 	AllOf                []*schema        `yaml:"allOf"`
 	AdditionalProperties yaml.Node        `yaml:"additionalProperties"`
+}
+
+// required reports whether property name must be present. An object
+// without a required list requires every property, as internal/apispec
+// reads the document for the generated clients and the API tests.
+func (s *schema) required(name string) bool {
+	return s.Required == nil || slices.Contains(*s.Required, name)
 }
 
 // additional returns the schema of a map's values, or nil.
@@ -434,7 +441,7 @@ func (r *renderer) schemaBody(s *schema) {
 func (r *renderer) properties(s *schema) {
 	r.printf("| field | type | required | description |\n|---|---|---|---|\n")
 	for _, p := range s.Properties {
-		r.printf("| `%s` | %s | %s | %s |\n", p.Key, r.typeOf(p.Value), yes(slices.Contains(s.Required, p.Key)), cell(p.Value.Description+constraints(p.Value)))
+		r.printf("| `%s` | %s | %s | %s |\n", p.Key, r.typeOf(p.Value), yes(s.required(p.Key)), cell(p.Value.Description+constraints(p.Value)))
 	}
 	r.printf("\n")
 	if s.AdditionalProperties.Kind == yaml.ScalarNode && s.AdditionalProperties.Value == "false" {

@@ -72,6 +72,7 @@ components:
   responses:
     Ok: {description: Done., content: {application/json: {schema: {type: array, items: {$ref: "#/components/schemas/X"}}}}}
   schemas:
+    Y: {type: object, required: [], properties: {q: {type: string}}}
     X:
       type: object
       required: [name]
@@ -94,7 +95,8 @@ components:
 		"Request body (`application/json`, required): [X](#x)",
 		"| 200 | Done. | array of [X](#x) |",
 		`| 404 | No \| such x. |  |`,
-		"| `n` | integer |  | (at least 1) |",
+		"| `n` | integer | yes | (at least 1) |",
+		"| `q` | string |  |  |",
 		"| `name` | string: `p`, `q` | yes |  |",
 		"| `tags` | map of string to string |  |  |",
 		"Unknown fields are refused.",

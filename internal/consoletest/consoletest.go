@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/backend"
+	"github.com/sluicehq/sluice/internal/apicheck"
 )
 
 // Start runs a console with cfg until ctx is done, counted in wg, and
@@ -69,7 +70,7 @@ func Login(t testing.TB, base, user, password string) *Client {
 }
 
 // MustDo sends body (when not nil) as JSON, fails t unless the answer has
-// status want, decodes it into out (when not nil) and returns it raw.
+// status want and fits the console's OpenAPI document (apicheck), decodes it into out (when not nil) and returns it raw.
 func (c *Client) MustDo(t testing.TB, method, path string, body any, want int, out any) []byte {
 	t.Helper()
 	var r io.Reader
@@ -94,6 +95,7 @@ func (c *Client) MustDo(t testing.TB, method, path string, body any, want int, o
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	apicheck.CheckResponse(t, resp, b)
 	if resp.StatusCode != want {
 		t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, b, want)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/consoleapi"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -138,26 +139,12 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) (
 	return resp.StatusCode, nil
 }
 
-// Domain is a domain's YAML as of a version, and the version that last
-// changed it.
-type Domain struct {
-	Name      string    `json:"name"`
-	YAML      string    `json:"yaml"`
-	Version   int64     `json:"version"`
-	ChangedAt time.Time `json:"changed_at"`
-	Author    string    `json:"author"`
-	Message   string    `json:"message"`
-}
+// The request and answer types are consoleapi's, generated from the
+// console's OpenAPI document; the list envelopes below name only the
+// fields these calls read.
 
-// Snapshot is the ruleset at one version.
-type Snapshot struct {
-	Version  int64    `json:"version"`
-	Checksum string   `json:"checksum"`
-	Domains  []Domain `json:"domains"`
-}
-
-// YAMLByName returns each domain's YAML by name.
-func (s Snapshot) YAMLByName() map[string]string {
+// yamlByName returns each domain's YAML by name.
+func yamlByName(s consoleapi.Snapshot) map[string]string {
 	m := make(map[string]string, len(s.Domains))
 	for _, d := range s.Domains {
 		m[d.Name] = d.YAML
@@ -166,96 +153,62 @@ func (s Snapshot) YAMLByName() map[string]string {
 }
 
 // Ruleset returns the current version and every domain.
-func (c *Client) Ruleset(ctx context.Context) (Snapshot, error) {
-	var s Snapshot
+func (c *Client) Ruleset(ctx context.Context) (consoleapi.Snapshot, error) {
+	var s consoleapi.Snapshot
 	_, err := c.call(ctx, "GET", "/api/v1/ruleset", nil, &s)
 	return s, err
 }
 
-// Preview is POST /api/v1/preview's answer: what each changed or new limit
-// of a draft domain would have done to the last hour of real traffic.
-type Preview struct {
-	Domain  string         `json:"domain"`
-	WindowS int64          `json:"window_s"`
-	Limits  []PreviewLimit `json:"limits"`
-}
-
-// PreviewLimit is one limit's replay (see the console's openapi.yaml).
-type PreviewLimit struct {
-	Name           string `json:"name"`
-	Change         string `json:"change"`
-	Previewable    bool   `json:"previewable"`
-	Reason         string `json:"reason,omitempty"`
-	Estimate       bool   `json:"estimate"`
-	EstimateReason string `json:"estimate_reason,omitempty"`
-	Totals         struct {
-		Requests       int64 `json:"requests"`
-		Limited        int64 `json:"limited"`
-		WouldLimit     int64 `json:"would_limit"`
-		WouldLimitLow  int64 `json:"would_limit_low"`
-		WouldLimitHigh int64 `json:"would_limit_high"`
-		ValuesMax      int64 `json:"values_max"`
-	} `json:"totals"`
-}
-
 // Preview replays the last hour of traffic against a draft of domain.
-func (c *Client) Preview(ctx context.Context, domain, yaml string) (Preview, error) {
-	var p Preview
-	_, err := c.call(ctx, "POST", "/api/v1/preview", map[string]string{"domain": domain, "yaml": yaml}, &p)
+func (c *Client) Preview(ctx context.Context, domain, yaml string) (consoleapi.Preview, error) {
+	var p consoleapi.Preview
+	_, err := c.call(ctx, "POST", "/api/v1/preview", consoleapi.PreviewRequest{Domain: domain, YAML: yaml}, &p)
 	return p, err
 }
 
-// RulesetChange is the body of PUT /api/v1/ruleset.
-type RulesetChange struct {
-	Domains          map[string]string `json:"domains,omitempty"`
-	Delete           []string          `json:"delete,omitempty"`
-	Message          string            `json:"message"`
-	BaseVersion      int64             `json:"base_version"`
-	BreakGlassReason string            `json:"break_glass_reason,omitempty"`
-}
-
-// Published is the answer to a publish: the new version, or (Version 0) the
-// change request proposed because approval is required.
+// Published is what a publish did: the new version (the console's 200), or
+// (Version 0) the change request it proposed instead because approval is
+// required (202).
 type Published struct {
-	Version    int64          `json:"version,omitempty"`
-	RollbackOf int64          `json:"rollback_of,omitempty"`
-	Change     *ChangeRequest `json:"change,omitempty"`
+	consoleapi.Published
+	Change *consoleapi.ChangeRequest `json:"change,omitempty"`
 }
 
-// ChangeRequest is a publish waiting for a second person's approval.
-type ChangeRequest struct {
-	ID     int64  `json:"id"`
-	Kind   string `json:"kind"`
-	Status string `json:"status"`
-	Author string `json:"author"`
+// publish makes a publishing call and reads either answer.
+func (c *Client) publish(ctx context.Context, method, path string, body any) (Published, error) {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return Published{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return Published{}, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	var p Published
+	if resp.StatusCode == http.StatusAccepted {
+		var proposed consoleapi.Proposed
+		err = json.Unmarshal(raw, &proposed)
+		p.Change = &proposed.Change
+	} else {
+		err = json.Unmarshal(raw, &p.Published)
+	}
+	if err != nil {
+		return Published{}, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return p, nil
 }
 
 // PutRuleset publishes every domain of ch and its deletions as one version.
-func (c *Client) PutRuleset(ctx context.Context, ch RulesetChange) (Published, error) {
-	var p Published
-	_, err := c.call(ctx, "PUT", "/api/v1/ruleset", ch, &p)
-	return p, err
-}
-
-// Version is one published version.
-type Version struct {
-	Version    int64     `json:"version"`
-	CreatedAt  time.Time `json:"created_at"`
-	Author     string    `json:"author"`
-	Message    string    `json:"message"`
-	RollbackOf *int64    `json:"rollback_of"`
-	Checksum   string    `json:"checksum"`
-	ApprovedBy string    `json:"approved_by,omitempty"`
-	Domains    []string  `json:"domains"`
-	AppliedBy  *int      `json:"applied_by"`
-	Connected  *int      `json:"connected"`
+func (c *Client) PutRuleset(ctx context.Context, ch consoleapi.RulesetRequest) (Published, error) {
+	return c.publish(ctx, "PUT", "/api/v1/ruleset", ch)
 }
 
 // Versions returns up to limit versions, newest first (limit 0: the
 // console's default page).
-func (c *Client) Versions(ctx context.Context, limit int) ([]Version, error) {
+func (c *Client) Versions(ctx context.Context, limit int) ([]consoleapi.Version, error) {
 	var out struct {
-		Versions []Version `json:"versions"`
+		Versions []consoleapi.Version `json:"versions"`
 	}
 	path := "/api/v1/versions"
 	if limit > 0 {
@@ -267,8 +220,8 @@ func (c *Client) Versions(ctx context.Context, limit int) ([]Version, error) {
 
 // VersionDetail is one version and its whole ruleset.
 type VersionDetail struct {
-	Version Version  `json:"version"`
-	Domains []Domain `json:"domains"`
+	Version consoleapi.Version          `json:"version"`
+	Domains []consoleapi.DomainRevision `json:"domains"`
 }
 
 // Version returns version n and its ruleset.
@@ -278,53 +231,30 @@ func (c *Client) Version(ctx context.Context, n int64) (VersionDetail, error) {
 	return v, err
 }
 
-// VersionDiff is what changed from one version to another.
-type VersionDiff struct {
-	From    int64              `json:"from"`
-	To      int64              `json:"to"`
-	Domains []rules.DomainDiff `json:"domains"`
-}
-
-// Diff compares versions a and b (0 is the empty ruleset).
-func (c *Client) Diff(ctx context.Context, a, b int64) (VersionDiff, error) {
-	var d VersionDiff
+// Diff compares versions a and b (0 is the empty ruleset). The domains are
+// rules.DomainDiff, the type the console encodes them from.
+func (c *Client) Diff(ctx context.Context, a, b int64) ([]rules.DomainDiff, error) {
+	var d struct {
+		Domains []rules.DomainDiff `json:"domains"`
+	}
 	_, err := c.call(ctx, "GET", fmt.Sprintf("/api/v1/versions/%d/diff/%d", a, b), nil, &d)
-	return d, err
+	return d.Domains, err
 }
 
 // Rollback publishes a new version whose content is version n's.
 func (c *Client) Rollback(ctx context.Context, n int64, message, breakGlass string) (Published, error) {
-	var p Published
-	body := map[string]string{"message": message}
+	body := consoleapi.RollbackRequest{Message: message}
 	if breakGlass != "" {
-		body["break_glass_reason"] = breakGlass
+		body.BreakGlassReason = &breakGlass
 	}
-	_, err := c.call(ctx, "POST", fmt.Sprintf("/api/v1/versions/%d/rollback", n), body, &p)
-	return p, err
-}
-
-// AuditEvent is one entry of the audit chain.
-type AuditEvent struct {
-	ID        int64           `json:"id"`
-	At        time.Time       `json:"at"`
-	Actor     string          `json:"actor"`
-	Action    string          `json:"action"`
-	Target    string          `json:"target"`
-	Before    json.RawMessage `json:"before"`
-	After     json.RawMessage `json:"after"`
-	Message   string          `json:"message"`
-	IP        string          `json:"ip"`
-	UserAgent string          `json:"user_agent"`
-	RequestID string          `json:"request_id"`
-	PrevHash  string          `json:"prev_hash"`
-	Hash      string          `json:"hash"`
+	return c.publish(ctx, "POST", fmt.Sprintf("/api/v1/versions/%d/rollback", n), body)
 }
 
 // Audit returns the audit events matching query (actor, action, target,
 // domain, since, until, limit), newest first.
-func (c *Client) Audit(ctx context.Context, query url.Values) ([]AuditEvent, error) {
+func (c *Client) Audit(ctx context.Context, query url.Values) ([]consoleapi.AuditEvent, error) {
 	var out struct {
-		Events []AuditEvent `json:"events"`
+		Events []consoleapi.AuditEvent `json:"events"`
 	}
 	_, err := c.call(ctx, "GET", "/api/v1/audit"+encodeQuery(query), nil, &out)
 	return out.Events, err
@@ -348,40 +278,17 @@ func (c *Client) AuditCSV(ctx context.Context, query url.Values, w io.Writer) er
 	return nil
 }
 
-// AuditVerification is the result of checking the audit hash chain.
-type AuditVerification struct {
-	OK       bool   `json:"ok"`
-	Events   int64  `json:"events"`
-	BrokenID int64  `json:"broken_id,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-}
-
 // VerifyAudit checks the audit hash chain.
-func (c *Client) VerifyAudit(ctx context.Context) (AuditVerification, error) {
-	var v AuditVerification
+func (c *Client) VerifyAudit(ctx context.Context) (consoleapi.AuditVerification, error) {
+	var v consoleapi.AuditVerification
 	_, err := c.call(ctx, "GET", "/api/v1/audit/verify", nil, &v)
 	return v, err
 }
 
-// Node is an enforcer the console knows.
-type Node struct {
-	ID             string            `json:"id"`
-	AppliedVersion int64             `json:"applied_version"`
-	Status         string            `json:"status"`
-	Labels         map[string]string `json:"labels"`
-	Build          string            `json:"build"`
-	Address        string            `json:"address"`
-	LastSeen       time.Time         `json:"last_seen"`
-	NackVersion    *int64            `json:"nack_version"`
-	NackError      string            `json:"nack_error"`
-	Console        string            `json:"console"`
-	Rates          json.RawMessage   `json:"rates"`
-}
-
 // NodeList is the node registry and the current version.
 type NodeList struct {
-	Nodes          []Node `json:"nodes"`
-	CurrentVersion int64  `json:"current_version"`
+	Nodes          []consoleapi.Node `json:"nodes"`
+	CurrentVersion int64             `json:"current_version"`
 }
 
 // Nodes returns every enforcer the console knows.
@@ -391,52 +298,29 @@ func (c *Client) Nodes(ctx context.Context) (NodeList, error) {
 	return out, err
 }
 
-// Token is an API token (never its secret).
-type Token struct {
-	ID        int64      `json:"id"`
-	Name      string     `json:"name"`
-	Role      string     `json:"role"`
-	Last4     string     `json:"last4"`
-	CreatedBy string     `json:"created_by"`
-	CreatedAt time.Time  `json:"created_at"`
-	ExpiresAt *time.Time `json:"expires_at"`
-	Disabled  bool       `json:"disabled"`
-	NodeID    *string    `json:"node_id"`
-}
-
 // Tokens lists the API tokens.
-func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
+func (c *Client) Tokens(ctx context.Context) ([]consoleapi.Token, error) {
 	var out struct {
-		Tokens []Token `json:"tokens"`
+		Tokens []consoleapi.Token `json:"tokens"`
 	}
 	_, err := c.call(ctx, "GET", "/api/v1/tokens", nil, &out)
 	return out.Tokens, err
 }
 
-// TokenSecret is a new token with its secret, shown once.
-type TokenSecret struct {
-	ID        int64      `json:"id"`
-	Token     string     `json:"token"`
-	Name      string     `json:"name"`
-	Role      string     `json:"role"`
-	Last4     string     `json:"last4"`
-	ExpiresAt *time.Time `json:"expires_at"`
-}
-
 // CreateToken creates a token; expiresIn is a Go duration or "" for never.
-func (c *Client) CreateToken(ctx context.Context, name, role, expiresIn string) (TokenSecret, error) {
-	var out TokenSecret
-	body := map[string]string{"name": name, "role": role}
+func (c *Client) CreateToken(ctx context.Context, name, role, expiresIn string) (consoleapi.TokenSecret, error) {
+	var out consoleapi.TokenSecret
+	body := consoleapi.TokenCreateRequest{Name: name, Role: consoleapi.TokenCreateRequestRole(role)}
 	if expiresIn != "" {
-		body["expires_in"] = expiresIn
+		body.ExpiresIn = &expiresIn
 	}
 	_, err := c.call(ctx, "POST", "/api/v1/tokens", body, &out)
 	return out, err
 }
 
 // DisableToken disables token id.
-func (c *Client) DisableToken(ctx context.Context, id int64) (Token, error) {
-	var out Token
+func (c *Client) DisableToken(ctx context.Context, id int64) (consoleapi.Token, error) {
+	var out consoleapi.Token
 	_, err := c.call(ctx, "POST", fmt.Sprintf("/api/v1/tokens/%d/disable", id), nil, &out)
 	return out, err
 }

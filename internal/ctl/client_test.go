@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/backend"
+	"github.com/sluicehq/sluice/internal/consoleapi"
 	"github.com/sluicehq/sluice/internal/consoletest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -60,7 +61,7 @@ func TestConsoleProblemsNameLocalFiles(t *testing.T) {
 	c := console(t)
 	ctx := context.Background()
 	broken := "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
-	_, err := c.PutRuleset(ctx, RulesetChange{Domains: map[string]string{"api": broken, "web": "domain: other\n"}, Message: "m"})
+	_, err := c.PutRuleset(ctx, consoleapi.RulesetRequest{Domains: map[string]string{"api": broken, "web": "domain: other\n"}, Message: "m"})
 	var stderr bytes.Buffer
 	e := &env{stdout: io.Discard, stderr: &stderr}
 	if got := e.fail(err, map[string]string{"api": "repo/rules/api.yaml", "web": "repo/rules/web.yaml"}); got != (ExitError{exitError}) {
@@ -78,7 +79,7 @@ func TestConsoleProblemsNameLocalFiles(t *testing.T) {
 
 	good := "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
 	for range 2 {
-		if _, err := c.PutRuleset(ctx, RulesetChange{Domains: map[string]string{"api": good}, Message: "m", BaseVersion: 0}); err != nil {
+		if _, err := c.PutRuleset(ctx, consoleapi.RulesetRequest{Domains: map[string]string{"api": good}, Message: "m"}); err != nil {
 			stderr.Reset()
 			e.fail(err, nil)
 			if !strings.Contains(stderr.String(), `domain "api" changed in version 1, after base version 0`) {

@@ -117,8 +117,8 @@ func versionsShow(ctx context.Context, e *env, args []string) error {
 	}
 	m := v.Version
 	fmt.Fprintf(e.stdout, "version %d\ncreated  %s\nauthor   %s\n", m.Version, when(m.CreatedAt), m.Author)
-	if m.ApprovedBy != "" {
-		fmt.Fprintf(e.stdout, "approved %s\n", m.ApprovedBy)
+	if m.ApprovedBy != nil {
+		fmt.Fprintf(e.stdout, "approved %s\n", *m.ApprovedBy)
 	}
 	if m.RollbackOf != nil {
 		fmt.Fprintf(e.stdout, "rollback to version %d\n", *m.RollbackOf)
@@ -155,18 +155,18 @@ func versionsDiff(ctx context.Context, e *env, args []string) error {
 		return e.fail(err, nil)
 	}
 	if e.jsonOut() {
-		return e.printJSON(d)
+		return e.printJSON(map[string]any{"from": a, "to": b, "domains": d})
 	}
-	if len(d.Domains) == 0 {
+	if len(d) == 0 {
 		fmt.Fprintf(e.stdout, "versions %d and %d have the same rules\n", a, b)
 		return nil
 	}
-	for _, dd := range d.Domains {
+	for _, dd := range d {
 		for _, c := range dd.Changes {
 			fmt.Fprintln(e.stdout, c.String())
 		}
 	}
-	for _, dd := range d.Domains {
+	for _, dd := range d {
 		fmt.Fprint(e.stdout, "\n"+dd.Unified)
 	}
 	return nil
@@ -279,7 +279,7 @@ func auditVerify(ctx context.Context, e *env, args []string) error {
 	} else if v.OK {
 		fmt.Fprintf(e.stdout, "audit chain ok: %d events\n", v.Events)
 	} else {
-		fmt.Fprintf(e.stdout, "audit chain BROKEN at event %d: %s (%d events checked)\n", v.BrokenID, v.Reason, v.Events)
+		fmt.Fprintf(e.stdout, "audit chain BROKEN at event %d: %s (%d events checked)\n", deref(v.BrokenID), deref(v.Reason), v.Events)
 	}
 	if !v.OK {
 		return ExitError{exitError}
@@ -387,7 +387,7 @@ func tokensList(ctx context.Context, e *env, args []string) error {
 		if t.NodeID != nil {
 			node = *t.NodeID
 		}
-		rows[i] = []string{strconv.FormatInt(t.ID, 10), cell(t.Name), t.Role, "…" + t.Last4, state, expires, cell(t.CreatedBy), cell(node)}
+		rows[i] = []string{strconv.FormatInt(t.ID, 10), cell(t.Name), string(t.Role), "…" + t.Last4, state, expires, cell(t.CreatedBy), cell(node)}
 	}
 	return e.table([]string{"ID", "NAME", "ROLE", "SECRET", "STATE", "EXPIRES", "CREATED BY", "NODE"}, rows)
 }
@@ -441,4 +441,13 @@ func tokensDisable(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "disabled token %d %q\n", tok.ID, tok.Name)
 	return nil
+}
+
+// deref is *p, or the zero value for nil (a field the console left out).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

@@ -1,7 +1,7 @@
 // Package ctl is "sluice ctl", the GitOps CLI against the console's REST
 // API: rules export, diff, apply and import between a directory of domain
 // files and the console, version history and rollback, the audit trail,
-// nodes and API tokens.
+// nodes and API tokens, and the support desk's inspect and reset.
 //
 // Exit status: 0 on success, 1 on any error (bad flags and arguments
 // included), and for "rules diff" 2 when the directory and the console
@@ -68,6 +68,19 @@ Commands:
   tokens create NAME --role ROLE [--expires-in 720h]
                              create a token and print its secret (shown once)
   tokens disable ID          disable a token
+  inspect DOMAIN key=value... [+ key=value...]
+                             the limits a request's descriptors match and their live
+                             counters (used, remaining, reset), read without consuming;
+                             the pairs are one descriptor, "+" starts the next
+  reset DOMAIN key=value... [+ key=value...] -m MSG
+                             start those limits' counters afresh (role support or
+                             above; audited as counter.reset)
+  overrides list             temporary overrides (--domain D, --status active|expired|ended)
+  overrides create DOMAIN KEY=VALUE... --rate N/UNIT (--until TIME | --for 48h) -m MSG
+                             give requests with exactly these entries another rate until
+                             a time: a new version; --urgent publishes at once when
+                             approval is required (audited as break-glass)
+  overrides end ID -m MSG    end an override early: a new version without it
 
 Flags (before or after the command):
   --console-url URL   console base URL (env SLUICE_CONSOLE_URL; default the config
@@ -114,7 +127,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	}
 	cmd := args[0]
-	group := cmd == "rules" || cmd == "versions" || cmd == "audit" || cmd == "tokens"
+	group := cmd == "rules" || cmd == "versions" || cmd == "audit" || cmd == "tokens" || cmd == "overrides"
 	if group && len(args) > 1 {
 		cmd += " " + args[1]
 		args = args[1:]
@@ -151,6 +164,12 @@ func init() {
 		"tokens list":    tokensList,
 		"tokens create":  tokensCreate,
 		"tokens disable": tokensDisable,
+		"inspect":        inspect,
+		"reset":          reset,
+
+		"overrides list":   overridesList,
+		"overrides create": overridesCreate,
+		"overrides end":    overridesEnd,
 	}
 }
 
@@ -166,12 +185,12 @@ func (e *env) flags(name string) *flag.FlagSet {
 }
 
 // parse parses a command's flags and checks its number of positional
-// arguments (want, or at least want when variadic is set) and -o.
+// arguments (want; at least -want when want is negative) and -o.
 func (e *env) parse(fs *flag.FlagSet, args []string, want int, synopsis string) ([]string, error) {
 	if err := fs.Parse(interleave(fs, args)); err != nil {
 		return nil, e.usageError(fmt.Errorf("%w\nusage: sluice ctl %s", err, synopsis))
 	}
-	if fs.NArg() != want {
+	if want >= 0 && fs.NArg() != want || want < 0 && fs.NArg() < -want {
 		return nil, e.usageError(fmt.Errorf("usage: sluice ctl %s", synopsis))
 	}
 	switch e.opts.output {

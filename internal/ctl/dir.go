@@ -24,9 +24,13 @@ const stateFile = ".sluice-state.json"
 
 // state is the content of stateFile.
 type state struct {
-	ConsoleURL string    `json:"console_url"`
-	Version    int64     `json:"version"`
-	At         time.Time `json:"at"`
+	ConsoleURL string `json:"console_url"`
+	Version    int64  `json:"version"`
+	// RulesVersion is the console's rules_version then: temporary
+	// overrides, which live beside the YAML, do not move it, so they never
+	// make apply refuse. 0 in a state file written before it existed.
+	RulesVersion int64     `json:"rules_version,omitempty"`
+	At           time.Time `json:"at"`
 }
 
 // readState reads dir's state file; ok is false when there is none.

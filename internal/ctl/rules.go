@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/consoleapi"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -47,7 +48,7 @@ func rulesExport(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stderr, "sluice ctl: warning: domain %s starts with a dot, so %s is a hidden file, which diff and apply skip\n", d.Name, path)
 		}
 	}
-	if err := writeState(dir, state{ConsoleURL: e.client.base.String(), Version: snap.Version, At: time.Now().UTC()}); err != nil {
+	if err := writeState(dir, state{ConsoleURL: e.client.base.String(), Version: snap.Version, RulesVersion: snap.RulesVersion, At: time.Now().UTC()}); err != nil {
 		return e.fail(err, nil)
 	}
 	others, err := domainFiles(dir)
@@ -104,8 +105,8 @@ func rulesDiff(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return e.fail(err, nil)
 	}
-	diffs := rules.DiffRulesets(snap.YAMLByName(), local)
-	var previews []Preview
+	diffs := rules.DiffRulesets(yamlByName(snap), local)
+	var previews []consoleapi.Preview
 	if preview {
 		for _, d := range diffs {
 			if d.Change == "removed" {
@@ -183,8 +184,11 @@ func rulesApply(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return e.fail(err, nil)
 	}
-	ch := RulesetChange{Domains: map[string]string{}, Message: message, BreakGlassReason: breakGlass}
-	current := snap.YAMLByName()
+	ch := consoleapi.RulesetRequest{Domains: map[string]string{}, Message: message}
+	if breakGlass != "" {
+		ch.BreakGlassReason = &breakGlass
+	}
+	current := yamlByName(snap)
 	for name, y := range local {
 		if cur, ok := current[name]; !ok || cur != y {
 			ch.Domains[name] = y
@@ -208,15 +212,18 @@ func rulesApply(ctx context.Context, e *env, args []string) error {
 	if len(kept) > 0 {
 		fmt.Fprintf(e.stderr, "sluice ctl: note: %s has no file for %s (kept; --prune removes them)\n", dir, strings.Join(kept, ", "))
 	}
+	// A version apply publishes changes domains' YAML: it is its own
+	// rules version.
 	syncState := func(v int64) error {
-		return writeState(dir, state{ConsoleURL: e.client.base.String(), Version: v, At: time.Now().UTC()})
+		return writeState(dir, state{ConsoleURL: e.client.base.String(), Version: v, RulesVersion: v, At: time.Now().UTC()})
 	}
 	// With nothing to change the directory agrees with the console as it
 	// is now (say, after its change request was approved): no drift to
 	// refuse, and the state file catches up.
-	ch.BaseVersion = snap.Version
+	ch.BaseVersion = &snap.Version
 	if len(ch.Domains)+len(ch.Delete) == 0 {
-		if err := syncState(snap.Version); err != nil {
+		err := writeState(dir, state{ConsoleURL: e.client.base.String(), Version: snap.Version, RulesVersion: snap.RulesVersion, At: time.Now().UTC()})
+		if err != nil {
 			return e.fail(err, nil)
 		}
 		return e.publish(ctx, ch, paths, syncState)
@@ -226,11 +233,13 @@ func rulesApply(ctx context.Context, e *env, args []string) error {
 	case !exported:
 		return e.fail(fmt.Errorf("%s has no %s, so it is unknown which version it was made from: export it first (sluice ctl rules export %s), or --force to publish it over version %d",
 			dir, stateFile, dir, snap.Version), nil)
-	case st.Version != snap.Version:
+	case st.RulesVersion != 0 && st.RulesVersion != snap.RulesVersion, st.RulesVersion == 0 && st.Version != snap.Version:
+		// Only the domains' YAML counts: a temporary override made since
+		// (which lives beside the YAML) is no reason to refuse.
 		return e.fail(fmt.Errorf("the console moved: %s was exported at version %d, the console is at version %d; see sluice ctl rules diff %s and export again, or --force to publish over it",
 			dir, st.Version, snap.Version, dir), nil)
 	default:
-		ch.BaseVersion = st.Version
+		ch.BaseVersion = &st.Version
 	}
 	return e.publish(ctx, ch, paths, syncState)
 }
@@ -238,7 +247,7 @@ func rulesApply(ctx context.Context, e *env, args []string) error {
 // publish sends ch and prints what it did: the new version (then done runs
 // with it), or the change request proposed for approval. Nothing to change
 // is no request at all.
-func (e *env) publish(ctx context.Context, ch RulesetChange, paths map[string]string, done func(v int64) error) error {
+func (e *env) publish(ctx context.Context, ch consoleapi.RulesetRequest, paths map[string]string, done func(v int64) error) error {
 	set := make([]string, 0, len(ch.Domains))
 	for name := range ch.Domains {
 		set = append(set, name)
@@ -247,10 +256,10 @@ func (e *env) publish(ctx context.Context, ch RulesetChange, paths map[string]st
 	out := map[string]any{"set": set, "deleted": nonNil(ch.Delete)}
 	if len(set)+len(ch.Delete) == 0 {
 		if e.jsonOut() {
-			out["version"] = ch.BaseVersion
+			out["version"] = *ch.BaseVersion
 			return e.printJSON(out)
 		}
-		fmt.Fprintf(e.stdout, "no changes: the console (version %d) already has these rules\n", ch.BaseVersion)
+		fmt.Fprintf(e.stdout, "no changes: the console (version %d) already has these rules\n", *ch.BaseVersion)
 		return nil
 	}
 	pub, err := e.client.PutRuleset(ctx, ch)
@@ -346,8 +355,8 @@ func rulesImport(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return e.fail(err, nil)
 	}
-	current := snap.YAMLByName()
-	ch := RulesetChange{Domains: map[string]string{}, Message: message, BaseVersion: snap.Version}
+	current := yamlByName(snap)
+	ch := consoleapi.RulesetRequest{Domains: map[string]string{}, Message: message, BaseVersion: &snap.Version}
 	var clash []string
 	for i, f := range files {
 		y := string(edited[i].YAML)
@@ -404,7 +413,7 @@ func (e *env) printProblems(ps []rules.Problem, paths map[string]string) {
 
 // printPreviews prints, per changed or new limit, what it would have done
 // to the last hour of traffic beside what was actually limited.
-func printPreviews(w io.Writer, previews []Preview) {
+func printPreviews(w io.Writer, previews []consoleapi.Preview) {
 	fmt.Fprintln(w, "\nImpact on the last hour of traffic:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DOMAIN\tLIMIT\tCHANGE\tREQUESTS\tLIMITED\tWOULD LIMIT\tVALUES\tNOTE")
@@ -413,7 +422,7 @@ func printPreviews(w io.Writer, previews []Preview) {
 		for _, l := range p.Limits {
 			n++
 			if !l.Previewable {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\tcannot preview: %s\n", p.Domain, l.Name, l.Change, l.Reason)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\tcannot preview: %s\n", p.Domain, l.Name, l.Change, deref(l.Reason))
 				continue
 			}
 			t := l.Totals
@@ -423,7 +432,7 @@ func printPreviews(w io.Writer, previews []Preview) {
 			}
 			note := ""
 			if l.Estimate {
-				note = "estimate: " + l.EstimateReason
+				note = "estimate: " + deref(l.EstimateReason)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", p.Domain, l.Name, l.Change, t.Requests, t.Limited, would, t.ValuesMax, note)
 		}

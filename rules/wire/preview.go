@@ -160,9 +160,9 @@ func (p *RulePreview) validate(maxCount int64) error {
 	return nil
 }
 
-// maxPreviewCount bounds every count of a preview report: 2^40, as the
-// console bounds a stats count.
-const maxPreviewCount = 1 << 40
+// maxPreviewCount bounds every count of a preview report, as a stats
+// count is bounded.
+const maxPreviewCount = MaxStatsCount
 
 // validatePreviews checks a Stats message's previews.
 func validatePreviews(ps []RulePreview) error {

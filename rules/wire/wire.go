@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -202,12 +203,21 @@ type RuleStats struct {
 	// interval, most first (at most MaxTopValues), when the node tracks
 	// them.
 	TopLimited []ValueCount `json:"top_limited,omitempty"`
+	// Values is the exact count of each descriptor value this rule limited
+	// in the interval, as far as the node tracked them (at most MaxValues,
+	// most first, each value once). Limited less their sum is what the
+	// node limited without naming the value: the console then knows that
+	// its per-value figures for the interval are only lower bounds. A node
+	// that predates Values sends none (all of Limited is unnamed).
+	Values []ValueCount `json:"values,omitempty"`
 }
 
 // Limits on a Stats message, checked by Stats.Validate.
 const (
 	MaxStatsRules = 10000
 	MaxTopValues  = 10
+	// MaxValues bounds one rule's Values in one report.
+	MaxValues = 4096
 )
 
 // Stats is a node's periodic report of its decisions since its previous
@@ -221,13 +231,11 @@ type Stats struct {
 	Preview []RulePreview `json:"preview,omitempty"`
 }
 
-// Validate checks a Stats message's bounds.
+// Validate checks a Stats message's bounds, the message's and every
+// row's; Clean drops the rows that fail them instead.
 func (s *Stats) Validate() error {
-	switch {
-	case s.IntervalMS <= 0:
-		return fmt.Errorf("stats: interval_ms %d must be positive", s.IntervalMS)
-	case len(s.Rules) > MaxStatsRules:
-		return fmt.Errorf("stats: more than %d rules", MaxStatsRules)
+	if err := s.checkEnvelope(); err != nil {
+		return err
 	}
 	for i, r := range s.Rules {
 		if r.Allowed < 0 || r.Limited < 0 || r.ShadowLimited < 0 || r.StoreErrors < 0 {
@@ -236,8 +244,35 @@ func (s *Stats) Validate() error {
 		if len(r.TopLimited) > MaxTopValues {
 			return fmt.Errorf("stats: rules[%d]: more than %d top values", i, MaxTopValues)
 		}
+		if len(r.Values) > MaxValues {
+			return fmt.Errorf("stats: rules[%d]: more than %d values", i, MaxValues)
+		}
+		sum := int64(0)
+		for _, v := range r.Values {
+			if v.Count <= 0 || v.Count > r.Limited {
+				return fmt.Errorf("stats: rules[%d]: a value's count %d is not within 1..limited (%d)", i, v.Count, r.Limited)
+			}
+			// Compared before adding: the sum never overflows.
+			if v.Count > r.Limited-sum {
+				return fmt.Errorf("stats: rules[%d]: the values' counts add up to more than limited (%d)", i, r.Limited)
+			}
+			sum += v.Count
+		}
 	}
 	return validatePreviews(s.Preview)
+}
+
+// checkEnvelope checks the bounds of the message as a whole.
+func (s *Stats) checkEnvelope() error {
+	switch {
+	case s.IntervalMS <= 0:
+		return fmt.Errorf("stats: interval_ms %d must be positive", s.IntervalMS)
+	case len(s.Rules) > MaxStatsRules:
+		return fmt.Errorf("stats: more than %d rules", MaxStatsRules)
+	case len(s.Preview) > MaxStatsRules:
+		return fmt.Errorf("stats: more than %d previews", MaxStatsRules)
+	}
+	return nil
 }
 
 // Quota usage (billing). A node sends a Quota batch of the hits its calendar
@@ -255,8 +290,8 @@ const (
 
 // Bounds of a Quota batch, checked by Quota.Validate.
 const (
-	MaxQuotaUsage      = 2000 // entries per batch: one console transaction
-	MaxQuotaValueBytes = 256  // a longer value is sent as a prefix and a hash (engine)
+	MaxQuotaUsage      = 2000          // entries per batch: one console transaction
+	MaxQuotaValueBytes = MaxValueBytes // a longer value is sent as a prefix and a hash (Value)
 	MaxQuotaEpochBytes = 64
 )
 
@@ -295,8 +330,22 @@ type QuotaAck struct {
 
 // Validate checks a Quota batch's bounds: every text field valid UTF-8
 // without NUL (they are stored as Postgres text), units day, week, month or
-// year, positive hits, non-negative limits.
+// year, positive hits, limits from 0 to the largest requests_per_unit and
+// no hits above the limit. Clean drops the rows that fail them instead.
 func (q *Quota) Validate() error {
+	if err := q.checkEnvelope(); err != nil {
+		return err
+	}
+	for i := range q.Usage {
+		if err := q.Usage[i].check(); err != nil {
+			return fmt.Errorf("quota: usage[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkEnvelope checks the bounds of the batch as a whole.
+func (q *Quota) checkEnvelope() error {
 	switch {
 	case q.Epoch == "" || len(q.Epoch) > MaxQuotaEpochBytes || !isText(q.Epoch):
 		return fmt.Errorf("quota: epoch must be 1-%d bytes of UTF-8 text", MaxQuotaEpochBytes)
@@ -307,21 +356,28 @@ func (q *Quota) Validate() error {
 	case q.Dropped < 0:
 		return fmt.Errorf("quota: dropped %d is negative", q.Dropped)
 	}
-	for i, u := range q.Usage {
-		switch {
-		case u.Domain == "" || u.Rule == "" || len(u.Domain) > 1<<10 || len(u.Rule) > 1<<10:
-			return fmt.Errorf("quota: usage[%d]: domain and rule must be 1-1024 bytes", i)
-		case len(u.Value) > MaxQuotaValueBytes:
-			return fmt.Errorf("quota: usage[%d]: value is over %d bytes", i, MaxQuotaValueBytes)
-		case !isText(u.Domain) || !isText(u.Rule) || !isText(u.Value):
-			return fmt.Errorf("quota: usage[%d]: domain, rule and value must be valid UTF-8 without NUL", i)
-		case u.Unit != "day" && u.Unit != "week" && u.Unit != "month" && u.Unit != "year":
-			return fmt.Errorf("quota: usage[%d]: unit %q is not day, week, month or year", i, abbrev(u.Unit, 20))
-		case u.Hits <= 0 || u.Limit < 0:
-			return fmt.Errorf("quota: usage[%d]: hits must be positive and limit non-negative", i)
-		case u.Start < 0 || u.Start > 253402300799: // 9999-12-31
-			return fmt.Errorf("quota: usage[%d]: start %d is out of range", i, u.Start)
-		}
+	return nil
+}
+
+// check checks one usage entry's bounds.
+func (u *QuotaUsage) check() error {
+	switch {
+	case u.Domain == "" || u.Rule == "" || len(u.Domain) > 1<<10 || len(u.Rule) > 1<<10:
+		return errors.New("domain and rule must be 1-1024 bytes")
+	case len(u.Value) > MaxQuotaValueBytes:
+		return fmt.Errorf("value is over %d bytes", MaxQuotaValueBytes)
+	case !isText(u.Domain) || !isText(u.Rule) || !isText(u.Value):
+		return errors.New("domain, rule and value must be valid UTF-8 without NUL")
+	case u.Unit != "day" && u.Unit != "week" && u.Unit != "month" && u.Unit != "year":
+		return fmt.Errorf("unit %q is not day, week, month or year", abbrev(u.Unit, 20))
+	case u.Hits <= 0 || u.Limit < 0:
+		return errors.New("hits must be positive and limit non-negative")
+	case u.Limit > math.MaxUint32 || u.Hits > u.Limit:
+		// requests_per_unit is a uint32, and a quota never admits more
+		// than its limit: this bounds what one batch adds to a bigint.
+		return fmt.Errorf("hits %d over limit %d, or limit over %d", u.Hits, u.Limit, uint32(math.MaxUint32))
+	case u.Start < 0 || u.Start > 253402300799: // 9999-12-31
+		return fmt.Errorf("start %d is out of range", u.Start)
 	}
 	return nil
 }

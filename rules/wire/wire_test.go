@@ -136,6 +136,15 @@ func TestStatsValidate(t *testing.T) {
 		{"negative count", wire.Stats{IntervalMS: 1000, Rules: []wire.RuleStats{{Limited: -1}}}, "negative"},
 		{"too many top values", wire.Stats{IntervalMS: 1000, Rules: []wire.RuleStats{{TopLimited: make([]wire.ValueCount, wire.MaxTopValues+1)}}}, "top values"},
 		{"too many rules", wire.Stats{IntervalMS: 1000, Rules: make([]wire.RuleStats, wire.MaxStatsRules+1)}, "rules"},
+		{"values within limited", wire.Stats{IntervalMS: 1000, Rules: []wire.RuleStats{{Limited: 5,
+			Values: []wire.ValueCount{{Value: "a", Count: 3}, {Value: "b", Count: 2}}}}}, ""},
+		{"values over limited", wire.Stats{IntervalMS: 1000, Rules: []wire.RuleStats{{Limited: 5,
+			Values: []wire.ValueCount{{Value: "a", Count: 3}, {Value: "b", Count: 3}}}}}, "add up to more than limited"},
+		{"a value counted zero", wire.Stats{IntervalMS: 1000, Rules: []wire.RuleStats{{Limited: 5,
+			Values: []wire.ValueCount{{Value: "a", Count: 0}}}}}, "not within 1..limited"},
+		{"a huge value count", wire.Stats{IntervalMS: 1000, Rules: []wire.RuleStats{{Limited: 1 << 62,
+			Values: []wire.ValueCount{{Value: "a", Count: 1 << 62}, {Value: "b", Count: 1 << 62}}}}}, "add up to more than limited"},
+		{"too many values", wire.Stats{IntervalMS: 1000, Rules: []wire.RuleStats{{Values: make([]wire.ValueCount, wire.MaxValues+1)}}}, "values"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,6 +186,7 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"ack","version":2}`,
 		`{"type":"nack","version":2,"error":"bad"}`,
 		`{"type":"stats","interval_ms":1000,"rules":[{"domain":"d","rule":"r","top_limited":[{"value":"v","count":1}]}]}`,
+		`{"type":"stats","interval_ms":1000,"rules":[{"domain":"d","rule":"r","limited":3,"values":[{"value":"v","count":2},{"value":"w","count":1}]}]}`,
 		`{"type":"quota","epoch":"e","seq":1,"usage":[{"domain":"d","rule":"r","unit":"month","value":"v","start":0,"hits":1,"limit":5}]}`,
 		`{"type":"quota_ack","epoch":"e","seq":1}`,
 		`{"type":7}`, `null`, `{}`,

@@ -8,6 +8,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -111,7 +112,12 @@ export interface Proc {
 // startSluice runs bin/sluice with args and waits for a log line matching
 // ready, whose first group is the address it listens on.
 function startSluice(args: string[], env: Record<string, string>, ready: RegExp, what: string): Promise<Proc> {
-  const child = spawn(join(repo, 'bin/sluice'), args, {
+  return startProcess(join(repo, 'bin/sluice'), args, env, ready, what);
+}
+
+// startProcess runs bin with args and waits for output matching ready.
+function startProcess(bin: string, args: string[], env: Record<string, string>, ready: RegExp, what: string): Promise<Proc> {
+  const child = spawn(bin, args, {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -148,14 +154,54 @@ function startSluice(args: string[], env: Record<string, string>, ready: RegExp,
   });
 }
 
-/** startConsole runs `sluice console` on a free port with user admin. */
-export function startConsole(databaseURL: string, adminPassword: string): Promise<Proc> {
+/**
+ * startConsole runs `sluice console` with user admin, on a free port or the
+ * listen address given; env adds environment variables (SLUICE_*).
+ */
+export function startConsole(
+  databaseURL: string,
+  adminPassword: string,
+  opts: { listen?: string; env?: Record<string, string> } = {},
+): Promise<Proc> {
   return startSluice(
-    ['console', '--listen', '127.0.0.1:0', '--database-url', databaseURL],
-    { SLUICE_ADMIN_PASSWORD: adminPassword, SLUICE_LOG_LEVEL: 'info' },
+    ['console', '--listen', opts.listen ?? '127.0.0.1:0', '--database-url', databaseURL],
+    { SLUICE_ADMIN_PASSWORD: adminPassword, SLUICE_LOG_LEVEL: 'info', ...opts.env },
     /msg="console listening".*?address=(\S+)/,
     'console',
   );
+}
+
+/** freeAddress finds a free 127.0.0.1 port (for a process started later on it). */
+export function freeAddress(): Promise<string> {
+  return new Promise((res, rej) => {
+    const srv = createServer();
+    srv.once('error', rej);
+    srv.listen(0, '127.0.0.1', () => {
+      const a = srv.address();
+      const port = typeof a === 'object' && a ? a.port : 0;
+      srv.close(() => res(`127.0.0.1:${port}`));
+    });
+  });
+}
+
+/**
+ * startOIDCProvider builds and runs the test OpenID provider
+ * (internal/oidcop/cmd/oidcop, zitadel's op package over HTTP) on listen,
+ * with one client and the users given as NAME:PASSWORD:GROUP,GROUP. The
+ * Proc's addr is the issuer URL.
+ */
+export async function startOIDCProvider(opts: {
+  listen: string;
+  clientID: string;
+  clientSecret: string;
+  redirectURI: string;
+  users: string[];
+}): Promise<Proc> {
+  const bin = join(repo, 'bin/oidcop');
+  await run('go', ['build', '-o', bin, './internal/oidcop/cmd/oidcop'], { cwd: repo });
+  const args = ['--listen', opts.listen, '--client-id', opts.clientID, '--client-secret', opts.clientSecret, '--redirect-uri', opts.redirectURI];
+  for (const u of opts.users) args.push('--user', u);
+  return startProcess(bin, args, {}, /oidcop issuer=(\S+)/, 'oidc provider');
 }
 
 /** startEnforcer runs `sluice enforcer` on free ports against the console. */

@@ -1,13 +1,30 @@
 // The console's REST API, as the UI uses it. Sessions are cookies set by the
 // console; writes also carry the CSRF token that the login answer returns.
 //
+// Every type of what goes over the wire comes from api.gen.ts, which
+// `make generate` makes from backend/api/openapi.yaml; the API tests
+// check every answer of the console against that document, so these types
+// are what the server sends. The UI is embedded in the console it talks to:
+// there is no older console to fall back for.
+//
 // A 401 on any call but login means the session ended: the handler set with
 // onSessionEnded sends the user back to the sign-in page (drafts are kept in
-// sessionStorage by the editor). Routes that this console does not have yet
-// answer 404 "no such route" or 405; isUnavailable tells those apart so pages
-// can say "not available" instead of failing.
+// sessionStorage by the editor).
+import type { components, paths } from './api.gen';
 import { errorMessage } from './format';
 import { quotaParams, type QuotaQuery } from './quotas';
+
+type Schemas = components['schemas'];
+type Method = 'get' | 'put' | 'post' | 'delete';
+type Operation<P extends keyof paths, M extends Method> = NonNullable<paths[P][M]>;
+type JSONOf<R> = R extends { content: { 'application/json': infer B } } ? B : never;
+
+/** Reply is the JSON that operation M of path P answers with status S. */
+export type Reply<P extends keyof paths, M extends Method, S extends number = 200> =
+  Operation<P, M> extends { responses: infer Rs } ? (S extends keyof Rs ? JSONOf<Rs[S]> : never) : never;
+
+/** RequestBody is the JSON body operation M of path P takes. */
+export type RequestBody<P extends keyof paths, M extends Method> = JSONOf<NonNullable<Operation<P, M>['requestBody']>>;
 
 /** The CSRF header sent on writes (POST, PUT, PATCH, DELETE). */
 export const csrfHeader = 'X-CSRF-Token';
@@ -31,16 +48,6 @@ export class APIError extends Error {
   get details(): unknown {
     return (this.body as { error?: { details?: unknown } } | null)?.error?.details;
   }
-}
-
-/** isUnavailable reports an error that means "this console has no such route". */
-export function isUnavailable(err: unknown): boolean {
-  if (!(err instanceof APIError)) return false;
-  if (err.status === 405 || err.status === 501) return true;
-  if (err.status !== 404) return false;
-  const e = (err.body as { error?: { message?: unknown } } | null)?.error;
-  // The console's NoRoute answer; a missing row says "not found".
-  return e?.message === 'no such route' || err.body === null || typeof err.body === 'string';
 }
 
 let sessionEnded: () => void = () => {};
@@ -116,17 +123,34 @@ function seg(s: string | number): string {
 // --- sessions ----------------------------------------------------------------
 
 /** Me is the signed-in user, as GET /api/v1/me answers. */
-export interface Me {
-  name?: string;
-  username?: string;
-  role?: string;
-  csrf_token?: string;
-}
+export type Me = Schemas['Me'];
 
 /** login starts a session; the console sets the cookie and returns the CSRF token. */
 export async function login(username: string, password: string): Promise<void> {
-  const out = await request<{ csrf_token: string }>('POST', '/auth/login', { username, password }, { quiet401: true });
+  const body: Schemas['LoginRequest'] = { username, password };
+  const out = await request<Schemas['LoginResponse']>('POST', '/auth/login', body, { quiet401: true });
   rememberCSRF(out.csrf_token);
+}
+
+/** AuthMethods is how people sign in to this console (GET /api/v1/auth/methods). */
+export interface AuthMethods {
+  /** 'break-glass': only break-glass accounts may use a password. */
+  password: 'all' | 'break-glass';
+  /** Single sign-on through an OpenID Connect provider is configured. */
+  oidc: boolean;
+}
+
+/** authMethods asks the console which ways of signing in it offers. */
+export function authMethods(): Promise<AuthMethods> {
+  return request<AuthMethods>('GET', '/auth/methods', undefined, { quiet401: true });
+}
+
+/**
+ * ssoLoginURL is where the browser goes to sign in with SSO: the console
+ * redirects it to the identity provider and, once signed in, back to returnTo.
+ */
+export function ssoLoginURL(returnTo: string): string {
+  return `${base}/auth/oidc/login${query({ return_to: returnTo })}`;
 }
 
 /** logout ends the session. */
@@ -158,27 +182,13 @@ export function canEdit(role: string | undefined): boolean {
 // --- rules -------------------------------------------------------------------
 
 /** DomainRevision is a domain's YAML and the version that last changed it. */
-export interface DomainRevision {
-  name: string;
-  yaml: string;
-  version: number;
-  /** When, by whom and why the domain last changed (issue 5's console). */
-  changed_at?: string;
-  author?: string;
-  message?: string;
-}
+export type DomainRevision = Schemas['DomainRevision'];
 
 /** Ruleset is every domain at one version. */
-export interface Ruleset {
-  version: number;
-  checksum?: string;
-  domains: DomainRevision[];
-}
+export type Ruleset = Schemas['Snapshot'];
 
 /** DomainDetail is GET /domains/{d}: the domain and the ruleset's current version. */
-export interface DomainDetail extends DomainRevision {
-  current_version?: number;
-}
+export type DomainDetail = Schemas['DomainDetail'];
 
 /** ruleset returns the current version and every domain. */
 export function ruleset(): Promise<Ruleset> {
@@ -190,21 +200,22 @@ export function domain(name: string): Promise<DomainDetail> {
   return request<DomainDetail>('GET', `/domains/${seg(name)}`);
 }
 
+type Published = JSONOf<components['responses']['Published']>;
+type Proposed = JSONOf<components['responses']['Proposed']>;
+
 /**
- * PublishResult is a publish's answer: a new version, or (four-eyes on) a
- * change request waiting for approval.
+ * PublishResult is a publish's answer: a new version (200), or (four-eyes
+ * on) the change request waiting for approval (202).
  */
-export interface PublishResult {
-  version?: number;
-  change?: ChangeRequest;
+export type PublishResult = Partial<Published> & Partial<Proposed>;
+
+function publishResult(a: Answer<Published | Proposed>): PublishResult {
+  if (a.status === 202) return { change: (a.body as Proposed).change };
+  return a.body as Published;
 }
 
-function publishResult(a: Answer<unknown>): PublishResult {
-  const b = (a.body ?? {}) as Record<string, unknown>;
-  if (typeof b.version === 'number' && a.status !== 202) return { version: b.version };
-  const change = (b.change_request ?? b.change ?? b) as ChangeRequest;
-  return { change };
-}
+/** RolloutSpec stages a publish to the nodes whose labels include all of labels. */
+export type RolloutSpec = Schemas['RolloutSpec'];
 
 /**
  * publish validates and publishes a domain's YAML based on base_version.
@@ -218,7 +229,7 @@ export async function publish(
   breakGlass = '',
   rollout?: RolloutSpec,
 ): Promise<PublishResult> {
-  const body: Record<string, unknown> = { yaml, message, base_version: baseVersion };
+  const body: Schemas['PublishRequest'] = { yaml, message, base_version: baseVersion };
   if (breakGlass !== '') body.break_glass_reason = breakGlass;
   if (rollout) body.rollout = rollout;
   return publishResult(await send('PUT', `/domains/${seg(name)}`, body));
@@ -226,64 +237,34 @@ export async function publish(
 
 /** deleteDomain publishes a version without the domain. */
 export async function deleteDomain(name: string, message: string, baseVersion: number): Promise<PublishResult> {
-  return publishResult(await send('DELETE', `/domains/${seg(name)}`, { message, base_version: baseVersion }));
+  const body: Schemas['DeleteRequest'] = { message, base_version: baseVersion };
+  return publishResult(await send('DELETE', `/domains/${seg(name)}`, body));
 }
 
 /** Version is one published version, as GET /versions lists it. */
-export interface Version {
-  version: number;
-  created_at: string;
-  author: string;
-  message: string;
-  rollback_of: number | null;
-  checksum?: string;
-  /** Nodes that applied this version (issue 6). */
-  applied_by?: number;
-  /** Nodes connected when counted (issue 6). */
-  connected?: number;
-  approved_by?: string | null;
-  change_id?: number | null;
-  /** The domains this version changed (issue 5). */
-  domains?: string[];
-  /** Set when the version was staged to labelled nodes (issue 19). */
-  rollout?: Rollout | null;
-}
+export type Version = Schemas['Version'];
 
-/**
- * Page is one page of a list. next is how to ask for the following page:
- * the console's next_cursor when it pages with cursors (issue 5), else the
- * last item's key for the foundation's ?before=; null on the last page.
- */
+/** Page is one page of a list; next asks for the following page, null on the last. */
 export interface Page<T> {
   items: T[];
   next: PageCursor | null;
 }
 
-/** PageCursor asks for the page after another one. */
-export type PageCursor = { cursor: string } | { before: number };
+/** PageCursor asks for the page after another one (the console's next_cursor). */
+export type PageCursor = { cursor: string };
 
-function pageOf<T>(items: T[], nextCursor: unknown, limit: number, key: (t: T) => number): Page<T> {
-  if (nextCursor !== undefined) {
-    return { items, next: typeof nextCursor === 'string' && nextCursor !== '' ? { cursor: nextCursor } : null };
-  }
-  const last = items[items.length - 1];
-  return { items, next: items.length === limit && last ? { before: key(last) } : null };
+function pageOf<T>(items: T[], nextCursor: string | null): Page<T> {
+  return { items, next: nextCursor ? { cursor: nextCursor } : null };
 }
 
 /** versions lists versions, newest first. */
 export async function versions(opts: { limit: number; after?: PageCursor | null }): Promise<Page<Version>> {
-  const out = await request<{ versions: Version[]; next_cursor?: string | null }>(
-    'GET',
-    `/versions${query({ limit: opts.limit, ...(opts.after ?? {}) })}`,
-  );
-  return pageOf(out.versions ?? [], out.next_cursor, opts.limit, (v) => v.version);
+  const out = await request<Reply<'/api/v1/versions', 'get'>>('GET', `/versions${query({ limit: opts.limit, ...(opts.after ?? {}) })}`);
+  return pageOf(out.versions, out.next_cursor);
 }
 
 /** VersionSnapshot is GET /versions/{n}: its metadata and every domain at it. */
-export interface VersionSnapshot {
-  version: Version;
-  domains: DomainRevision[];
-}
+export type VersionSnapshot = Reply<'/api/v1/versions/{n}', 'get'>;
 
 /** version returns one version with its domains. */
 export function version(n: number): Promise<VersionSnapshot> {
@@ -295,37 +276,15 @@ export function version(n: number): Promise<VersionSnapshot> {
  * with its unified diff and structured changes (rules.DiffRulesets; the
  * one ruleset diff, which `sluice rules diff -json` prints too).
  */
-export interface ServerDiff {
-  from: number;
-  to: number;
-  domains: DomainDiff[];
-}
+export type ServerDiff = Schemas['Diff'];
 
 /** DomainDiff is one domain's part of a ServerDiff. */
-export interface DomainDiff {
-  name: string;
-  change: 'added' | 'removed' | 'changed';
-  /** Unified diff of the YAML ("diff -u"). */
-  unified: string;
-  /** Lines added and removed. */
-  added: number;
-  removed: number;
-  /** Structured changes; empty when only the text changed, or when error is set. */
-  changes: StructuredChange[];
-  /** Set when one side's YAML no longer parses. */
-  error?: string;
-}
+export type DomainDiff = Schemas['DomainDiff'];
 
 /** StructuredChange is one limit (or domain) added, removed or changed. */
-export interface StructuredChange {
-  kind: string;
-  domain?: string;
-  path?: { key: string; value?: string }[];
-  name?: string;
-  fields?: { field: string; before: string; after: string }[];
-}
+export type StructuredChange = Schemas['Change'];
 
-/** versionDiff asks the console for its diff of a → b. */
+/** versionDiff asks the console for its diff of a → b (0 is the empty ruleset). */
 export function versionDiff(a: number, b: number): Promise<ServerDiff> {
   return request<ServerDiff>('GET', `/versions/${seg(a)}/diff/${seg(b)}`);
 }
@@ -333,52 +292,23 @@ export function versionDiff(a: number, b: number): Promise<ServerDiff> {
 /**
  * rollback publishes a new version whose content is version n's. With
  * baseVersion, the console refuses (409) if the ruleset changed after the
- * version the user previewed; a console that does not know the field (the
- * foundation's strict JSON answers 400 naming it) gets the request without it.
+ * version the user previewed.
  */
 export async function rollback(n: number, message: string, baseVersion?: number): Promise<PublishResult> {
-  const path = `/versions/${seg(n)}/rollback`;
-  if (baseVersion === undefined) return publishResult(await send('POST', path, { message }));
-  try {
-    return publishResult(await send('POST', path, { message, base_version: baseVersion }));
-  } catch (err) {
-    if (err instanceof APIError && err.status === 400 && /unknown field "base_version"/.test(err.message)) {
-      return publishResult(await send('POST', path, { message }));
-    }
-    throw err;
-  }
+  const body: Schemas['RollbackRequest'] = { message };
+  if (baseVersion !== undefined) body.base_version = baseVersion;
+  return publishResult(await send('POST', `/versions/${seg(n)}/rollback`, body));
 }
 
-/**
- * domainSchema fetches the JSON Schema of a domain file: GET /schema when
- * the console serves one, else the DomainConfig schema of its OpenAPI
- * document (GET /openapi.json, issue 5). null when neither is there.
- */
-export async function domainSchema(): Promise<Record<string, unknown> | null> {
-  try {
-    const s = await request<unknown>('GET', '/schema');
-    if (s && typeof s === 'object') return s as Record<string, unknown>;
-  } catch (err) {
-    if (!isUnavailable(err)) throw err;
-  }
-  try {
-    const doc = await request<{ components?: { schemas?: Record<string, unknown> } }>('GET', '/openapi.json');
-    if (doc?.components?.schemas?.DomainConfig) {
-      // Refs inside stay "#/components/schemas/...", resolved against this root.
-      return { $ref: '#/components/schemas/DomainConfig', components: doc.components };
-    }
-  } catch (err) {
-    if (!isUnavailable(err)) throw err;
-  }
-  return null;
+/** domainSchema fetches the JSON Schema of a domain file (GET /schema). */
+export async function domainSchema(): Promise<Record<string, unknown>> {
+  return request<Record<string, unknown>>('GET', '/schema');
 }
 
 // --- four-eyes -----------------------------------------------------------------
 
-/** Settings are the console-wide options (issue 5). */
-export interface Settings {
-  require_approval?: boolean;
-}
+/** Settings are the console-wide options. */
+export type Settings = Schemas['Settings'];
 
 /** settings reads the console-wide options. */
 export function settings(): Promise<Settings> {
@@ -386,60 +316,38 @@ export function settings(): Promise<Settings> {
 }
 
 /** ChangeRequest is a publish waiting for a second person (four-eyes). */
-export interface ChangeRequest {
-  id: number;
-  created_at?: string;
-  author?: string;
-  kind?: string;
-  domain?: string;
-  yaml?: string;
-  deleted?: boolean;
-  base_version?: number;
-  rollback_of?: number | null;
-  message?: string;
-  status?: string;
-  reviewer?: string;
-  reviewed_at?: string | null;
-  review_message?: string;
-  version?: number | null;
-  /** edits are the domains a change of kind "ruleset" (sluice ctl rules apply) sets or removes. */
-  edits?: { domain: string; yaml?: string; deleted?: boolean }[];
-}
+export type ChangeRequest = Schemas['ChangeRequest'];
+
+/** ChangeView is GET /changes/{id}: the change and, while pending, the console's diff of it. */
+export type ChangeView = Schemas['ChangeView'];
 
 /** changes lists change requests with the given status. */
 export async function changes(status = 'pending'): Promise<ChangeRequest[]> {
-  const out = await request<{ changes?: ChangeRequest[]; change_requests?: ChangeRequest[] }>('GET', `/changes${query({ status })}`);
-  return out.changes ?? out.change_requests ?? [];
+  const out = await request<Reply<'/api/v1/changes', 'get'>>('GET', `/changes${query({ status })}`);
+  return out.changes;
+}
+
+/** change returns one change request with the difference it would make. */
+export function change(id: number): Promise<ChangeView> {
+  return request<ChangeView>('GET', `/changes/${seg(id)}`);
 }
 
 /** approve publishes a pending change request. */
 export async function approve(id: number, message: string): Promise<PublishResult> {
-  return publishResult(await send('POST', `/changes/${seg(id)}/approve`, { message }));
+  const body: Schemas['ReviewRequest'] = { message };
+  return publishResult(await send('POST', `/changes/${seg(id)}/approve`, body));
 }
 
 /** reject closes a pending change request without publishing it. */
 export async function reject(id: number, message: string): Promise<void> {
-  await request('POST', `/changes/${seg(id)}/reject`, { message });
+  const body: Schemas['ReviewRequest'] = { message };
+  await request('POST', `/changes/${seg(id)}/reject`, body);
 }
 
 // --- audit ---------------------------------------------------------------------
 
 /** AuditEvent is one entry of the audit trail. */
-export interface AuditEvent {
-  id: number;
-  at: string;
-  actor: string;
-  action: string;
-  target: string;
-  before: unknown;
-  after: unknown;
-  message: string;
-  ip: string;
-  user_agent: string;
-  request_id: string;
-  prev_hash?: string;
-  hash?: string;
-}
+export type AuditEvent = Schemas['AuditEvent'];
 
 /** AuditFilter narrows the audit log; times are RFC 3339. */
 export interface AuditFilter {
@@ -456,11 +364,8 @@ function auditQuery(f: AuditFilter): Record<string, string | undefined> {
 
 /** audit lists audit events, newest first. */
 export async function audit(f: AuditFilter, limit: number, after?: PageCursor | null): Promise<Page<AuditEvent>> {
-  const out = await request<{ events: AuditEvent[]; next_cursor?: string | null }>(
-    'GET',
-    `/audit${query({ ...auditQuery(f), limit, ...(after ?? {}) })}`,
-  );
-  return pageOf(out.events ?? [], out.next_cursor, limit, (e) => e.id);
+  const out = await request<Reply<'/api/v1/audit', 'get'>>('GET', `/audit${query({ ...auditQuery(f), limit, ...(after ?? {}) })}`);
+  return pageOf(out.events, out.next_cursor);
 }
 
 /** auditCSVURL is the link that downloads the filtered audit log as CSV. */
@@ -469,12 +374,7 @@ export function auditCSVURL(f: AuditFilter): string {
 }
 
 /** Verification is the audit chain's state. */
-export interface Verification {
-  ok: boolean;
-  events: number;
-  broken_id?: number;
-  reason?: string;
-}
+export type Verification = Schemas['AuditVerification'];
 
 /** verifyAudit checks the audit hash chain. */
 export function verifyAudit(): Promise<Verification> {
@@ -484,51 +384,25 @@ export function verifyAudit(): Promise<Verification> {
 // --- nodes ---------------------------------------------------------------------
 
 /** NodeInfo is an enforcer as the console last saw it. */
-export interface NodeInfo {
-  id: string;
-  applied_version: number;
-  status: string;
-  last_seen: string;
-  labels?: Record<string, string> | null;
-  build?: string;
-  address?: string;
-  connected_since?: string | null;
-  nack_version?: number | null;
-  nack_error?: string;
-  nacked_at?: string | null;
-  /** The console replica holding the connection (issue 6). */
-  console?: string;
-  /** Live decision rates (issue 6); see decisionsPerSecond. */
-  rates?: Record<string, unknown> | null;
-}
+export type NodeInfo = Schemas['Node'];
 
-/** NodeList is GET /nodes: the nodes and (issue 6) the current version. */
-export interface NodeList {
-  nodes: NodeInfo[];
-  current_version?: number;
-}
+/** NodeList is GET /nodes: the nodes, the current version and any staged rollout. */
+export type NodeList = Reply<'/api/v1/nodes', 'get'>;
 
 /** nodes lists every known enforcer. */
-export async function nodes(): Promise<NodeList> {
-  const out = await request<NodeList>('GET', '/nodes');
-  return { nodes: out.nodes ?? [], current_version: out.current_version };
+export function nodes(): Promise<NodeList> {
+  return request<NodeList>('GET', '/nodes');
 }
 
 // --- users and tokens ------------------------------------------------------------
 
 /** User is a console account. */
-export interface User {
-  id: number;
-  username: string;
-  role: string;
-  disabled: boolean;
-  created_at: string;
-}
+export type User = Schemas['User'];
 
 /** users lists console accounts (admin). */
 export async function users(): Promise<User[]> {
-  const out = await request<{ users: User[] }>('GET', '/users');
-  return out.users ?? [];
+  const out = await request<Reply<'/api/v1/users', 'get'>>('GET', '/users');
+  return out.users;
 }
 
 /** createUser adds an account (admin). */
@@ -548,36 +422,20 @@ export function setUserRole(id: number, role: string): Promise<User> {
 
 /** resetPassword sets an account's password (admin); the user's sessions end. */
 export function resetPassword(id: number, password: string): Promise<User> {
-  return request<User>('PUT', `/users/${seg(id)}/password`, { password });
+  const body: Schemas['PasswordResetRequest'] = { password };
+  return request<User>('PUT', `/users/${seg(id)}/password`, body);
 }
 
 /** Token is an API token without its secret. */
-export interface Token {
-  id: number;
-  name: string;
-  role: string;
-  last4: string;
-  created_by?: string;
-  created_at?: string;
-  expires_at?: string | null;
-  disabled?: boolean;
-  rotated_at?: string | null;
-}
+export type Token = Schemas['Token'];
 
 /** NewToken is a token with its secret, shown once. */
-export interface NewToken {
-  id: number;
-  token: string;
-  name?: string;
-  role?: string;
-  last4?: string;
-  expires_at?: string | null;
-}
+export type NewToken = Schemas['TokenSecret'];
 
 /** tokens lists API tokens (admin). */
 export async function tokens(): Promise<Token[]> {
-  const out = await request<{ tokens: Token[] }>('GET', '/tokens');
-  return out.tokens ?? [];
+  const out = await request<Reply<'/api/v1/tokens', 'get'>>('GET', '/tokens');
+  return out.tokens;
 }
 
 /** createToken makes a token; expiresIn is a Go duration ("720h") or "" for never. */
@@ -597,82 +455,32 @@ export function rotateToken(id: number): Promise<NewToken> {
   return request<NewToken>('POST', `/tokens/${seg(id)}/rotate`, {});
 }
 
-// --- live traffic (issue 14) -------------------------------------------------------
+// --- live traffic ------------------------------------------------------------------
 
 /** Counts are one rule's decisions in one second or one step bucket. */
-export interface Counts {
-  allowed: number;
-  limited: number;
-  shadow_limited: number;
-  store_errors: number;
-}
+export type Counts = Pick<Schemas['RuleCounts'], 'allowed' | 'limited' | 'shadow_limited' | 'store_errors'>;
 
 /** StatsPoint is one rule's counts at t (Unix seconds; the start of the bucket). */
-export interface StatsPoint extends Counts {
-  t: number;
-}
-
-/** TopValue is a descriptor value and how often it was limited. */
-export interface TopValue {
-  value: string;
-  count: number;
-}
-
-/** RuleStats is one rule's points: SPARSE, a missing t means all zeros. */
-export interface RuleStats {
-  domain: string;
-  rule: string;
-  points: StatsPoint[];
-  /** Most limited values over the window, most first (live only). */
-  top_limited?: TopValue[];
-  /** Set when the values are shown to this viewer in masked form. */
-  masked?: boolean;
-}
-
-/** Marker is a version event on the time axis. */
-export interface Marker {
-  t: number;
-  version: number;
-  kind: 'publish' | 'rollback' | 'promote' | string;
-  author: string;
-  message: string;
-}
-
-/** Spike is a stretch of unusual 429s of one rule; end is null while it lasts. */
-export interface Spike {
-  id: number;
-  domain: string;
-  rule: string;
-  start: number;
-  end: number | null;
-  peak_limited_per_s: number;
-  baseline_per_s: number;
-}
+export type StatsPoint = Schemas['StatsPoint'];
 
 /** StatsWindow is GET /stats/live or /stats/history. */
-export interface StatsWindow {
-  step_s: number;
-  from: number;
-  to: number;
-  rules: RuleStats[];
-  markers: Marker[];
-  spikes: Spike[];
-}
+export type StatsWindow = Schemas['StatsView'];
 
-function statsWindow(w: Partial<StatsWindow>): StatsWindow {
-  return {
-    step_s: w.step_s ?? 1,
-    from: w.from ?? 0,
-    to: w.to ?? 0,
-    rules: (w.rules ?? []).map((r) => ({ ...r, points: r.points ?? [] })),
-    markers: w.markers ?? [],
-    spikes: w.spikes ?? [],
-  };
-}
+/** RuleStats is one rule's points: SPARSE, a missing t means all zeros. */
+export type RuleStats = StatsWindow['rules'][number];
+
+/** TopValue is a descriptor value and how often it was limited. */
+export type TopValue = NonNullable<RuleStats['top_limited']>[number];
+
+/** Marker is a version event on the time axis. */
+export type Marker = StatsWindow['markers'][number];
+
+/** Spike is a stretch of unusual 429s of one rule; end is null while it lasts. */
+export type Spike = Schemas['Spike'];
 
 /** statsLive returns the last 15 minutes at 1 s, of one domain or of all. */
-export async function statsLive(domain?: string): Promise<StatsWindow> {
-  return statsWindow(await request<Partial<StatsWindow>>('GET', `/stats/live${query({ domain })}`));
+export function statsLive(domain?: string): Promise<StatsWindow> {
+  return request<StatsWindow>('GET', `/stats/live${query({ domain })}`);
 }
 
 /** HistoryQuery picks a stretch of the per-minute rollups; from/to are Unix seconds. */
@@ -685,39 +493,33 @@ export interface HistoryQuery {
 }
 
 /** statsHistory returns the rollups in [from, to) in buckets of step seconds. */
-export async function statsHistory(q: HistoryQuery): Promise<StatsWindow> {
+export function statsHistory(q: HistoryQuery): Promise<StatsWindow> {
   const iso = (s: number) => new Date(s * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
   const path = `/stats/history${query({ domain: q.domain, rule: q.domain ? q.rule : undefined, from: iso(q.from), to: iso(q.to), step: q.step })}`;
-  return statsWindow(await request<Partial<StatsWindow>>('GET', path));
-}
-
-/** DomainSparkline is one domain's last 15 minutes, dense, one count per step bucket. */
-export interface DomainSparkline {
-  domain: string;
-  limited: number[];
-  allowed: number[];
+  return request<StatsWindow>('GET', path);
 }
 
 /** DomainStats is GET /stats/domains. */
-export interface DomainStats {
-  step_s: number;
-  from: number;
-  domains: DomainSparkline[];
-}
+export type DomainStats = Reply<'/api/v1/stats/domains', 'get'>;
+
+/** DomainSparkline is one domain's last 15 minutes, dense, one count per step bucket. */
+export type DomainSparkline = DomainStats['domains'][number];
 
 /** statsDomains returns every domain's 429s of the last 15 minutes (the Domains page's sparklines). */
-export async function statsDomains(): Promise<DomainStats> {
-  const out = await request<Partial<DomainStats>>('GET', '/stats/domains');
-  return { step_s: out.step_s ?? 10, from: out.from ?? 0, domains: out.domains ?? [] };
+export function statsDomains(): Promise<DomainStats> {
+  return request<DomainStats>('GET', '/stats/domains');
 }
 
-/** TickRule is one rule's counts in a tick (rules with all-zero counts are left out). */
-export interface TickRule extends Counts {
-  domain: string;
-  rule: string;
-  /** This second's most limited values. */
-  top_limited?: TopValue[];
-}
+/**
+ * TickRule is one rule's counts in a tick (rules with all-zero counts are
+ * left out). The websocket's messages are described in the OpenAPI
+ * document's text (GET /stats/stream), so these are built from its parts.
+ */
+export type TickRule = Pick<Schemas['RuleCounts'], 'domain' | 'rule'> &
+  Counts & {
+    /** This second's most limited values. */
+    top_limited?: TopValue[];
+  };
 
 /** StreamMessage is what the stats websocket sends. */
 export type StreamMessage =
@@ -731,99 +533,56 @@ export function statsStreamURL(domain?: string): string {
   return `${proto}//${window.location.host}${base}/stats/stream${query({ domain })}`;
 }
 
-// --- alerts (admin, issue 14) --------------------------------------------------------
-
-/** SpikeEvent is what a webhook can be sent. */
-export type SpikeEvent = 'spike.start' | 'spike.end';
+// --- alerts (admin) ------------------------------------------------------------------
 
 /** Webhook is an alert target. */
-export interface Webhook {
-  url: string;
-  events: SpikeEvent[];
-}
+export type Webhook = Schemas['Webhook'];
+
+/** SpikeEvent is what a webhook can be sent. */
+export type SpikeEvent = Webhook['events'][number];
 
 /** SpikeSettings are when a spike starts: 429/s over floor_per_s and factor × baseline for for_s seconds. */
-export interface SpikeSettings {
-  floor_per_s: number;
-  factor: number;
-  for_s: number;
-}
+export type SpikeSettings = Schemas['SpikeSettings'];
 
 /** DomainAlertSettings override the spike defaults for one domain; mask_values hides values from viewers. */
-export interface DomainAlertSettings extends Partial<SpikeSettings> {
-  mask_values?: boolean;
-}
-
-/** Delivery is one webhook POST and its state. */
-export interface Delivery {
-  id: number;
-  event: string;
-  url: string;
-  domain?: string;
-  rule?: string;
-  status: 'pending' | 'delivered' | 'failed' | string;
-  attempts: number;
-  last_error?: string;
-  created_at: string;
-  delivered_at?: string | null;
-}
-
-/** AlertSettings is what PUT /alerts takes. */
-export interface AlertSettings {
-  webhooks: Webhook[];
-  spike_defaults: SpikeSettings;
-  domains: Record<string, DomainAlertSettings>;
-}
+export type DomainAlertSettings = Schemas['DomainStatsSettings'];
 
 /** Alerts is GET /alerts: the settings and the recent deliveries. */
-export interface Alerts extends AlertSettings {
-  deliveries: Delivery[];
-}
+export type Alerts = Schemas['Alerts'];
 
-function alertsOf(a: Partial<Alerts>): Alerts {
-  return {
-    webhooks: a.webhooks ?? [],
-    spike_defaults: a.spike_defaults ?? { floor_per_s: 5, factor: 5, for_s: 3 },
-    domains: a.domains ?? {},
-    deliveries: a.deliveries ?? [],
-  };
-}
+/** Delivery is one webhook POST and its state. */
+export type Delivery = Alerts['deliveries'][number];
+
+/** AlertSettings is what PUT /alerts takes. */
+export type AlertSettings = RequestBody<'/api/v1/alerts', 'put'>;
 
 /** alerts reads the alert settings and recent deliveries (admin). */
-export async function alerts(): Promise<Alerts> {
-  return alertsOf(await request<Partial<Alerts>>('GET', '/alerts'));
+export function alerts(): Promise<Alerts> {
+  return request<Alerts>('GET', '/alerts');
 }
 
 /** saveAlerts replaces the alert settings (admin); the answer is the new state. */
-export async function saveAlerts(s: AlertSettings): Promise<Alerts> {
-  return alertsOf(await request<Partial<Alerts>>('PUT', '/alerts', s));
+export function saveAlerts(s: AlertSettings): Promise<Alerts> {
+  return request<Alerts>('PUT', '/alerts', s);
 }
 
 /** testAlert queues an alert.test delivery to every webhook; returns how many. */
 export async function testAlert(): Promise<number> {
-  const out = await request<{ queued?: number }>('POST', '/alerts/test', {});
-  return out.queued ?? 0;
+  const out = await request<Reply<'/api/v1/alerts/test', 'post', 202>>('POST', '/alerts/test', {});
+  return out.queued;
 }
 
 // --- quotas ------------------------------------------------------------------
 
+type QuotaPage = Reply<'/api/v1/quotas', 'get'>;
+
 /** QuotaUsage is one value's usage of one quota in one period (GET /quotas). */
-export interface QuotaUsage {
-  domain: string;
-  rule: string;
-  unit: 'day' | 'week' | 'month' | 'year';
-  value: string;
-  masked?: boolean;
-  period_start: string;
-  period_end: string;
-  used: number;
-  limit: number;
-}
+export type QuotaUsage = QuotaPage['usage'][number];
 
 /** quotas lists quota usage, most used first, limit rows from offset on. */
 export async function quotas(q: QuotaQuery, limit: number, offset = 0): Promise<{ usage: QuotaUsage[]; next: number | null }> {
-  const out = await request<{ usage?: QuotaUsage[]; next_offset?: number | null }>('GET', `/quotas${quotaParams(q, { limit, offset })}`);
-  return { usage: out.usage ?? [], next: out.next_offset ?? null };
+  const out = await request<QuotaPage>('GET', `/quotas${quotaParams(q, { limit, offset })}`);
+  return { usage: out.usage, next: out.next_offset };
 }
 
 /** quotasCSVURL is the link that downloads the selected usage as CSV. */
@@ -831,124 +590,48 @@ export function quotasCSVURL(q: QuotaQuery): string {
   return `${base}/quotas${quotaParams({ ...q, value: undefined }, { format: 'csv' })}`;
 }
 
-// --- staged rollout (issue 19) ---------------------------------------------------
+// --- staged rollout ---------------------------------------------------
 
 /** AutoHalt rolls a staged version back by itself when its canary limits far more than the rest. */
-export interface AutoHalt {
-  factor: number;
-  min_limited_per_s: number;
-  for_s?: number;
-}
-
-/** RolloutSpec stages a publish to the nodes whose labels include all of labels. */
-export interface RolloutSpec {
-  labels: Record<string, string>;
-  auto_halt?: AutoHalt;
-}
+export type AutoHalt = Schemas['AutoHalt'];
 
 /** Rollout is a staged version's rollout and how it ended. */
-export interface Rollout {
-  version: number;
-  base_version: number;
-  labels: Record<string, string>;
-  auto_halt: AutoHalt | null;
-  state: 'staged' | 'promoted' | 'rolled_back' | 'halted';
-  created_at: string;
-  created_by: string;
-  ended_at: string | null;
-  ended_by?: string;
-  ended_in: number | null;
-  reason?: string;
-}
+export type Rollout = Schemas['Rollout'];
 
 /** promote sends staged version n to every node. */
 export async function promote(n: number, message: string): Promise<number> {
-  const out = await request<{ version: number }>('POST', `/versions/${seg(n)}/promote`, { message });
+  const body: Schemas['PromoteRequest'] = { message };
+  const out = await request<Reply<'/api/v1/versions/{n}/promote', 'post'>>('POST', `/versions/${seg(n)}/promote`, body);
   return out.version;
 }
 
-/** CohortPoint is one second of a staged version's canary and the other nodes. */
-export interface CohortPoint {
-  t: number;
-  canary_allowed: number;
-  canary_limited: number;
-  rest_allowed: number;
-  rest_limited: number;
-}
-
 /** Cohorts is GET /versions/{n}/cohorts. */
-export interface Cohorts {
-  rollout: Rollout;
-  domains: string[];
-  from: number;
-  to: number;
-  points: CohortPoint[];
-}
+export type Cohorts = Schemas['Cohorts'];
+
+/** CohortPoint is one second of a staged version's canary and the other nodes. */
+export type CohortPoint = Cohorts['points'][number];
 
 /** cohorts returns a staged version's canary against the others, per second. */
 export function cohorts(n: number): Promise<Cohorts> {
   return request<Cohorts>('GET', `/versions/${seg(n)}/cohorts`);
 }
 
-// --- impact preview (issue 19) -------------------------------------------------
-
-/** PreviewPoint is one span (a minute) of a previewed limit. */
-export interface PreviewPoint {
-  t: number;
-  span_s: number;
-  requests: number;
-  /** What the rule actually limited then (shadow-limited included). */
-  limited: number;
-  would_limit: number;
-  would_limit_low: number;
-  would_limit_high: number;
-  /** Distinct values the draft limit would have limited. */
-  values: number;
-  values_low: number;
-  values_high: number;
-}
-
-/** PreviewLimit is what one changed or new limit would have done to the last hour. */
-export interface PreviewLimit {
-  name: string;
-  change: 'limit_added' | 'limit_changed';
-  before: LimitInfo | null;
-  after: LimitInfo;
-  rule?: string;
-  previewable: boolean;
-  reason?: string;
-  estimate: boolean;
-  estimate_reason?: string;
-  error?: string;
-  points: PreviewPoint[];
-  totals: {
-    requests: number;
-    limited: number;
-    would_limit: number;
-    would_limit_low: number;
-    would_limit_high: number;
-    values_max: number;
-  };
-}
-
-/** LimitInfo is the part of an effective limit the preview shows. */
-export interface LimitInfo {
-  name: string;
-  unit?: string;
-  requests_per_unit: number;
-  algorithm: string;
-  unlimited: boolean;
-  shadow_mode: boolean;
-}
+// --- impact preview -------------------------------------------------
 
 /** Preview is the answer of POST /preview. */
-export interface Preview {
-  domain: string;
-  window_s: number;
-  limits: PreviewLimit[];
-}
+export type Preview = Schemas['Preview'];
+
+/** PreviewLimit is what one changed or new limit would have done to the last hour. */
+export type PreviewLimit = Schemas['PreviewLimit'];
+
+/** PreviewPoint is one span (a minute) of a previewed limit. */
+export type PreviewPoint = Schemas['PreviewPoint'];
+
+/** LimitInfo is an effective limit, defaults filled in. */
+export type LimitInfo = Schemas['Limit'];
 
 /** previewDraft replays the last hour of traffic against a draft (editor+); invalid YAML gets the publish's 422. */
 export function previewDraft(domain: string, yaml: string): Promise<Preview> {
-  return request<Preview>('POST', '/preview', { domain, yaml });
+  const body: Schemas['PreviewRequest'] = { domain, yaml };
+  return request<Preview>('POST', '/preview', body);
 }

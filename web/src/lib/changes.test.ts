@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { describeChange } from './changes';
+import type { StructuredChange } from './api';
+import { describeChange, type DescribedChange } from './changes';
 
 describe('describeChange', () => {
-  it.each([
+  it.each<[StructuredChange, DescribedChange]>([
     [{ kind: 'domain_added', domain: 'api' }, { where: 'api', what: 'domain added' }],
     [{ kind: 'domain_removed', domain: 'api' }, { where: 'api', what: 'domain removed' }],
     [
@@ -22,7 +23,7 @@ describe('describeChange', () => {
       },
       { where: 'user “per-user”', what: 'rate_limit.requests_per_unit 100 → 7; burst (not set) → 20' },
     ],
-    [{ kind: 'something_new', domain: 'api' }, { where: 'api', what: 'something new' }],
+    [{ kind: 'request_descriptors_changed', domain: 'api' }, { where: 'api', what: 'request descriptors changed' }],
   ])('%j', (c, want) => {
     expect(describeChange(c)).toEqual(want);
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { diffLines, diffStat, hasChanges, sideBySide, splitLines, unifiedHunks, type DiffLine } from './diff';
+import { diffLines, diffStat, parseUnified, sideBySide, splitLines, unifiedHunks, type DiffLine } from './diff';
 
 // lcsLength is the textbook dynamic programme, to check that diffLines
 // finds a shortest edit script.
@@ -118,7 +118,7 @@ describe('unified diff', () => {
 
   it('is empty for equal texts', () => {
     const lines = diffLines(old, old);
-    expect(hasChanges(lines)).toBe(false);
+    expect(lines.every((l) => l.type === 'equal')).toBe(true);
     expect(text(lines)).toBe('');
     expect(diffStat(lines)).toEqual({ added: 0, removed: 0 });
   });
@@ -139,5 +139,51 @@ describe('sideBySide', () => {
   it('keeps markup as text', () => {
     const rows = sideBySide(diffLines('', '<script>alert(1)</script>\n'));
     expect(rows[0].right?.text).toBe('<script>alert(1)</script>');
+  });
+});
+
+describe('parseUnified', () => {
+  it('reads the console’s unified diff with line numbers', () => {
+    const text = [
+      '--- a/api.yaml',
+      '+++ b/api.yaml',
+      '@@ -1,3 +1,3 @@',
+      ' domain: api',
+      '-a: 1',
+      '+a: 2',
+      ' b: 3',
+      '@@ -9 +9,2 @@',
+      ' z: 9',
+      '+last',
+      '\\ No newline at end of file',
+      '',
+    ].join('\n');
+    const hunks = parseUnified(text);
+    expect(hunks.map((h) => h.header)).toEqual(['@@ -1,3 +1,3 @@', '@@ -9 +9,2 @@']);
+    expect(hunks[0]!.lines).toEqual([
+      { type: 'equal', text: 'domain: api', oldNo: 1, newNo: 1 },
+      { type: 'delete', text: 'a: 1', oldNo: 2 },
+      { type: 'insert', text: 'a: 2', newNo: 2 },
+      { type: 'equal', text: 'b: 3', oldNo: 3, newNo: 3 },
+    ]);
+    expect(hunks[1]!.lines).toEqual([
+      { type: 'equal', text: 'z: 9', oldNo: 9, newNo: 9 },
+      { type: 'insert', text: 'last', newNo: 10 },
+    ]);
+  });
+
+  it('numbers a new file from line 1', () => {
+    const hunks = parseUnified('--- /dev/null\n+++ b/x.yaml\n@@ -0,0 +1,2 @@\n+a\n+b\n');
+    expect(hunks[0]!.lines).toEqual([
+      { type: 'insert', text: 'a', newNo: 1 },
+      { type: 'insert', text: 'b', newNo: 2 },
+    ]);
+  });
+
+  it('matches the browser’s own diff of the same texts', () => {
+    const before = 'domain: api\na: 1\nb: 3\n';
+    const after = 'domain: api\na: 2\nb: 3\n';
+    const server = '--- a/api.yaml\n+++ b/api.yaml\n@@ -1,3 +1,3 @@\n domain: api\n-a: 1\n+a: 2\n b: 3\n';
+    expect(parseUnified(server)).toEqual(unifiedHunks(diffLines(before, after)));
   });
 });

@@ -1,11 +1,11 @@
 // Line diffs in the browser, for what the console cannot diff for us: the
 // editor's unsaved text against the published one (publish and delete
-// previews, the rollback preview), and the line-by-line pairing of the
-// side-by-side view. Which domains two versions differ in, how, and by how
-// many lines is the console's answer (GET /versions/{a}/diff/{b}, from
-// rules.DiffRulesets); this is only the rendering of texts. Myers' O(ND)
-// algorithm over lines, then unified hunks or side-by-side rows. Pure
-// functions, no DOM.
+// previews), and the line-by-line pairing of the side-by-side view. Which
+// domains two versions (or a pending change) differ in, how, and by how
+// many lines is the console's answer (GET /versions/{a}/diff/{b}, GET
+// /changes/{id}, from rules.DiffRulesets); parseUnified reads its unified
+// text for the same rendering. Myers' O(ND) algorithm over lines, then
+// unified hunks or side-by-side rows. Pure functions, no DOM.
 
 /** One line of a diff: kept, removed from the old text, or added in the new. */
 export interface DiffLine {
@@ -163,11 +163,6 @@ function groupChanges(ops: Op[]): Op[] {
   return out;
 }
 
-/** hasChanges reports whether a diff has any inserted or deleted line. */
-export function hasChanges(lines: readonly DiffLine[]): boolean {
-  return lines.some((l) => l.type !== 'equal');
-}
-
 /** unifiedHunks groups a diff into hunks with `context` unchanged lines around each change. */
 export function unifiedHunks(lines: readonly DiffLine[], context = 3): Hunk[] {
   const hunks: Hunk[] = [];
@@ -255,4 +250,32 @@ export function diffStat(lines: readonly DiffLine[]): { added: number; removed: 
     else if (l.type === 'delete') removed++;
   }
   return { added, removed };
+}
+
+/**
+ * parseUnified reads a unified diff as the console sends it (DomainDiff's
+ * `unified`, "diff -u" with "--- a/NAME" / "+++ b/NAME" headers) into
+ * hunks with line numbers, for the same rendering as unifiedHunks.
+ */
+export function parseUnified(text: string): Hunk[] {
+  const hunks: Hunk[] = [];
+  let hunk: Hunk | null = null;
+  let oldNo = 0;
+  let newNo = 0;
+  for (const line of text.split('\n')) {
+    const m = /^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@/.exec(line);
+    if (m) {
+      hunk = { header: line, lines: [] };
+      hunks.push(hunk);
+      // An empty side is "-0,0": its first line would be line 1.
+      oldNo = Math.max(Number(m[1]), 1);
+      newNo = Math.max(Number(m[2]), 1);
+      continue;
+    }
+    if (!hunk) continue; // the "---" and "+++" lines before the first hunk
+    if (line.startsWith('+')) hunk.lines.push({ type: 'insert', text: line.slice(1), newNo: newNo++ });
+    else if (line.startsWith('-')) hunk.lines.push({ type: 'delete', text: line.slice(1), oldNo: oldNo++ });
+    else if (line.startsWith(' ')) hunk.lines.push({ type: 'equal', text: line.slice(1), oldNo: oldNo++, newNo: newNo++ });
+  }
+  return hunks;
 }

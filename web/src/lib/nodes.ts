@@ -2,26 +2,11 @@
 import type { NodeInfo, Version } from './api';
 
 /**
- * decisionsPerSecond reads a node's live decision rate from its `rates`
- * (issue 6). It accepts a total (decisions_per_second, decisions, total) or
- * per-outcome rates (allowed, limited, shadow_limited, ...) and adds them up;
- * null when the console reports no rates.
+ * decisionsPerSecond is a node's live decision rate, from its latest stats
+ * report; null when the console has none (disconnected, not reporting).
  */
 export function decisionsPerSecond(node: Pick<NodeInfo, 'rates'>): number | null {
-  const r = node.rates;
-  if (!r || typeof r !== 'object') return null;
-  for (const k of ['decisions_per_second', 'decisions', 'total', 'checks']) {
-    if (typeof r[k] === 'number') return r[k] as number;
-  }
-  let sum = 0;
-  let found = false;
-  for (const k of ['allowed', 'limited', 'over_limit', 'shadow_limited', 'store_errors', 'errors']) {
-    if (typeof r[k] === 'number') {
-      sum += r[k] as number;
-      found = true;
-    }
-  }
-  return found ? sum : null;
+  return node.rates ? node.rates.decisions_per_second : null;
 }
 
 /** formatRate renders decisions per second: "0", "12.5", "1,204". */
@@ -38,18 +23,12 @@ export interface Rollout {
 }
 
 /**
- * rollout counts the connected nodes that run a version. The console's own
- * count (applied_by of connected, issue 6) wins; otherwise it is computed
- * from the node list the same way: connected nodes whose applied version is
- * exactly this one (an older version's count drops as nodes move on).
+ * rollout is the console's count of the connected nodes that run a version
+ * (applied_by of connected); null when it could not count them.
  */
-export function rollout(v: Pick<Version, 'version' | 'applied_by' | 'connected'>, list: readonly NodeInfo[] | null): Rollout | null {
-  if (typeof v.applied_by === 'number' && typeof v.connected === 'number') {
-    return { applied: v.applied_by, total: v.connected };
-  }
-  if (!list) return null;
-  const connected = list.filter((n) => n.status === 'connected');
-  return { applied: connected.filter((n) => n.applied_version === v.version).length, total: connected.length };
+export function rollout(v: Pick<Version, 'applied_by' | 'connected'>): Rollout | null {
+  if (v.applied_by === null || v.connected === null) return null;
+  return { applied: v.applied_by, total: v.connected };
 }
 
 /** nodeState says what a node's row shows: in sync, behind, nacked or offline. */

@@ -35,7 +35,7 @@ function window(over: Partial<StatsWindow> = {}): StatsWindow {
       { domain: 'api', rule: 'global', points: [p(1900, 2, 0, 1)] },
       { domain: 'web', rule: 'per-ip', points: [p(1500, 1, 1)], top_limited: [{ value: '10.0.0.1', count: 1 }], masked: true },
     ],
-    markers: [{ t: 1200, version: 3, kind: 'publish', author: 'admin', message: 'raise' }],
+    markers: [{ t: 1200, version: 3, kind: 'publish', author: 'admin', message: 'raise', domains: ['api'] }],
     spikes: [],
     ...over,
   };
@@ -186,7 +186,7 @@ describe('markers and spikes', () => {
   });
 
   it('adds a marker once and keeps them in time order', () => {
-    const m = { t: 5, version: 2, kind: 'publish', author: 'a', message: 'm' };
+    const m = { t: 5, version: 2, kind: 'publish' as const, author: 'a', message: 'm', domains: [] };
     const list = addMarker(addMarker([{ ...m, t: 9, version: 3 }], m), m);
     expect(list.map((x) => x.version)).toEqual([2, 3]);
     expect(markersIn(list, 6, 10).map((x) => x.version)).toEqual([3]);
