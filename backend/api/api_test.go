@@ -522,6 +522,7 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 // field in each, as a handler that drifted from openapi.yaml would: the
 // check every test's answers go through (apicheck.Handler) refuses them.
 func TestRenamedFieldFailsTheSpecCheck(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.seedScenarios(t)
 	spec, err := apicheck.Console()
