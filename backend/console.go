@@ -61,6 +61,9 @@ type Config struct {
 	// with a password, and everyone else through OIDC.
 	PasswordLogin   string
 	BreakGlassUsers []string
+	// PasswordCost is the bcrypt cost of the passwords the console stores
+	// (bcrypt.DefaultCost when zero); tests lower it. No flag sets it.
+	PasswordCost int
 }
 
 // ssoProvider checks the sign-in configuration and builds the identity
@@ -109,7 +112,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL)
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.PasswordCost(cfg.PasswordCost))
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/sluicehq/sluice/backend/api"
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
@@ -76,7 +78,7 @@ func newFixture(t *testing.T, opts ...func(*api.Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	url := testenv.PostgresURL(t)
-	st, err := store.Open(ctx, url)
+	st, err := store.Open(ctx, url, store.PasswordCost(bcrypt.MinCost)) // sign-ins at test speed
 	if err != nil {
 		t.Fatal(err)
 	}

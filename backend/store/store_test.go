@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -18,7 +19,7 @@ import (
 func open(t *testing.T) (*store.Store, string) {
 	t.Helper()
 	url := testenv.PostgresURL(t)
-	st, err := store.Open(context.Background(), url)
+	st, err := store.Open(context.Background(), url, store.PasswordCost(bcrypt.MinCost)) // fast hashing; TestPasswordCost covers the default
 	if err != nil {
 		t.Fatal(err)
 	}

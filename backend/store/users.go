@@ -48,11 +48,11 @@ func userRole(role string) error {
 	return &InvalidError{Reason: "role must be one of viewer, support, editor, admin"}
 }
 
-func hashPassword(password string) (string, error) {
+func (s *Store) hashPassword(password string) (string, error) {
 	if password == "" || len(password) > MaxPasswordBytes {
 		return "", &InvalidError{Reason: fmt.Sprintf("a password has 1 to %d bytes", MaxPasswordBytes)}
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.passwordCost)
 	if err != nil {
 		return "", fmt.Errorf("hash password: %w", err)
 	}
@@ -73,7 +73,7 @@ func (s *Store) CreateUser(ctx context.Context, username, password, role string,
 	if err := userRole(role); err != nil {
 		return User{}, err
 	}
-	hash, err := hashPassword(password)
+	hash, err := s.hashPassword(password)
 	if err != nil {
 		return User{}, err
 	}
@@ -198,7 +198,7 @@ func (s *Store) SetUserRole(ctx context.Context, id int64, role string, actor Ac
 // ResetPassword sets a user's password (an admin's reset) and ends all of
 // the user's sessions.
 func (s *Store) ResetPassword(ctx context.Context, id int64, password string, actor Actor) (User, error) {
-	hash, err := hashPassword(password)
+	hash, err := s.hashPassword(password)
 	if err != nil {
 		return User{}, err
 	}
@@ -213,7 +213,7 @@ func (s *Store) ResetPassword(ctx context.Context, id int64, password string, ac
 // (ErrBadCredentials if wrong), and ends the user's other sessions: every
 // session except the one whose secret is keep.
 func (s *Store) ChangePassword(ctx context.Context, id int64, current, password, keep string, actor Actor) error {
-	hash, err := hashPassword(password)
+	hash, err := s.hashPassword(password)
 	if err != nil {
 		return err
 	}
