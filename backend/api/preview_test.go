@@ -51,7 +51,7 @@ const pvBursts = 3
 // rejects, within 10%, for fixed and sliding windows; token buckets are
 // marked as estimates.
 func TestPreviewPredictsLimited(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the lowered limit's count is timing-sensitive under other tests' load.
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })

@@ -40,6 +40,7 @@ func (l *lockedBuffer) String() string {
 // bad Bearer token, a publish, a node connecting with its token and a
 // check, and requires that no secret appears in any log line.
 func TestSecretsNeverLogged(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })

@@ -186,6 +186,7 @@ func remaining(t *testing.T, h http.Header, name string) int64 {
 }
 
 func TestGatewayProxiesThenRejects(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, nil, "")
 
@@ -233,6 +234,7 @@ func TestGatewayProxiesThenRejects(t *testing.T) {
 }
 
 func TestGatewayTrustedProxies(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, "")
 	// Behind a trusted proxy, each forwarded client has its own budget.
@@ -254,6 +256,7 @@ func TestGatewayTrustedProxies(t *testing.T) {
 }
 
 func TestGatewayStreamsAndDropsHopByHop(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, nil, "")
 
@@ -288,6 +291,7 @@ func TestGatewayStreamsAndDropsHopByHop(t *testing.T) {
 }
 
 func TestGatewayDescriptorsFromHeaderAndPath(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, "")
 	// Distinct forwarded addresses keep per-ip out of the way; the API
@@ -307,6 +311,7 @@ func TestGatewayDescriptorsFromHeaderAndPath(t *testing.T) {
 }
 
 func TestGatewayDelay(t *testing.T) {
+	// Not parallel: it measures the delays it asserts.
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, strings.Replace(webYAML,
 		"name: slow-path}", "name: slow-path}\n        on_limit: {action: delay, max_delay: 1s}", 1))
@@ -365,6 +370,7 @@ func TestGatewayDelay(t *testing.T) {
 }
 
 func TestGatewayKeepsUpstreamRetryAfter(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, nil, "")
 	resp, _ := send(t, "GET", g.url+"/busy", nil, nil)
@@ -374,6 +380,7 @@ func TestGatewayKeepsUpstreamRetryAfter(t *testing.T) {
 }
 
 func TestGatewayUpstreamDown(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	addr := up.URL
 	up.Close()
@@ -385,6 +392,7 @@ func TestGatewayUpstreamDown(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	eng := engine.New(nil, "")
 	for name, cfg := range map[string]gateway.Config{
 		"no upstream":  {Domain: "web"},
@@ -423,6 +431,7 @@ descriptors:
 `
 
 func TestGatewayLeakyBucketDelay(t *testing.T) {
+	// Not parallel: it measures the delays it asserts.
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, nil, shapedYAML)
 	const n = 5
