@@ -103,7 +103,24 @@ func TestSecretsNeverLogged(t *testing.T) {
 		t.Fatal("enforcer did not start")
 	}
 	waitUntil(t, 10*time.Second, "the enforcer to load the rules", func() bool { return check(t, node, "user", "u") == http.StatusOK })
-	time.Sleep(1500 * time.Millisecond) // a stats report or two
+	// A stats report counting that check reaches the console, which logs at debug level.
+	waitUntil(t, 10*time.Second, "a stats report from the node", func() bool {
+		var list struct {
+			Nodes []struct {
+				ID    string `json:"id"`
+				Rates *struct {
+					Decisions float64 `json:"decisions_per_second"`
+				} `json:"rates"`
+			} `json:"nodes"`
+		}
+		admin.MustDo(t, "GET", "/api/v1/nodes", nil, 200, &list)
+		for _, n := range list.Nodes {
+			if n.ID == "secret-node" && n.Rates != nil && n.Rates.Decisions > 0 {
+				return true
+			}
+		}
+		return false
+	})
 
 	out := logs.String()
 	if !strings.Contains(out, "node connected") {
