@@ -342,7 +342,8 @@ func TestInspectLease(t *testing.T) {
 	}
 	t.Cleanup(func() { client.Close() })
 	r := limiter.NewRedis(client)
-	eng := engine.New(r, testenv.KeyPrefix(t), engine.WithLeases(r, engine.LeaseOptions{MinRate: -1, Units: 20, MaxLifetime: time.Minute}))
+	eng := engine.New(r, testenv.KeyPrefix(t), engine.WithLeases(r, engine.LeaseOptions{MinRate: -1, Units: 20, MaxLifetime: time.Minute,
+		Timeout: 2 * time.Second})) // a grant past the default 50 ms on a loaded machine would never come
 	if err := eng.Apply(1, compile(t, `domain: api
 descriptors:
   - key: hot
