@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/internal/serve"
 	"github.com/sluicehq/sluice/web"
 )
 
@@ -64,6 +64,32 @@ type Config struct {
 	// PasswordCost is the bcrypt cost of the passwords the console stores
 	// (bcrypt.DefaultCost when zero); tests lower it. No flag sets it.
 	PasswordCost int
+	// Limits bound the server's client connections: header and request
+	// read timeouts, idle keep-alive, open connections. A zero field takes
+	// serve's default (serve.DefaultRead and the others).
+	Limits serve.Limits
+	// PasswordChecks is how many bcrypt checks run at once
+	// (store.DefaultPasswordChecks when zero).
+	PasswordChecks int
+}
+
+// consoleLimits is lim with serve's defaults in its zero fields.
+func consoleLimits(lim serve.Limits) serve.Limits {
+	or := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	or(&lim.ReadHeader, serve.DefaultReadHeader)
+	or(&lim.Read, serve.DefaultRead)
+	or(&lim.Idle, serve.DefaultIdle)
+	if lim.MaxConns == 0 {
+		lim.MaxConns = serve.DefaultMaxConns
+	}
+	if lim.MaxHeaderBytes == 0 {
+		lim.MaxHeaderBytes = 64 << 10
+	}
+	return lim
 }
 
 // ssoProvider checks the sign-in configuration and builds the identity
@@ -117,12 +143,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 		return err
 	}
 	defer st.Close()
+	st.SetPasswordChecks(cfg.PasswordChecks)
 	if err := st.Migrate(ctx); err != nil {
 		return err
 	}
 	if err := bootstrapAdmin(ctx, st, cfg.AdminPassword, out); err != nil {
 		return err
 	}
+	limits := consoleLimits(cfg.Limits)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -169,19 +197,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 		}()
 	}
 
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
+	srv := serve.Server(handler, limits, log)
+	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	log.Info("console listening", "address", ln.Addr().String())
 	if ready != nil {
 		ready(ln.Addr())
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(serve.Listener(ln, limits)) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

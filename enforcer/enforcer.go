@@ -35,6 +35,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/gateway"
 	"github.com/sluicehq/sluice/enforcer/node"
+	"github.com/sluicehq/sluice/internal/serve"
 )
 
 // Defaults used by Run for empty Config fields.
@@ -215,14 +216,8 @@ func build(ctx context.Context, cfg Config, upstream *url.URL, log *slog.Logger)
 	}
 	// Requests outlive a cancelled ctx: shutdown finishes them.
 	base := func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
-	s.http = &http.Server{
-		Handler:           s.checks.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       base,
-	}
+	s.http = serve.Server(s.checks.Handler(), serve.Limits{ReadHeader: 5 * time.Second, Read: 30 * time.Second, Idle: 2 * time.Minute}, log)
+	s.http.BaseContext = base
 	// Stream workers: a check runs on a long-lived goroutine whose stack has
 	// grown already, instead of a new one that grows its stack through the
 	// check's deep call path on every RPC (copying it each time).
@@ -244,13 +239,8 @@ func build(ctx context.Context, cfg Config, upstream *url.URL, log *slog.Logger)
 	}
 	// No read or write timeout: bodies stream both ways and delay limits
 	// hold requests. Header reads and idle connections are bounded.
-	s.gateway = &http.Server{
-		Handler:           gw,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       base,
-	}
+	s.gateway = serve.Server(gw, serve.Limits{ReadHeader: 10 * time.Second, Idle: 2 * time.Minute}, log)
+	s.gateway.BaseContext = base
 	return s, nil
 }
 

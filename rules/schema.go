@@ -226,6 +226,22 @@ func fieldNames(name string) []string {
 	return names
 }
 
+// IsFieldName reports whether name is a field name of the rules' YAML, in
+// any of its mappings ("descriptors", "rate_limit", "requests_per_unit").
+// Whoever shows a Problem without the file's text keeps the path segments
+// that are field names (the rest, such as an unknown field's, are the
+// file's own).
+func IsFieldName(name string) bool {
+	for _, o := range objects {
+		for _, f := range o.fields {
+			if f.name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func strs[T ~string](values []T) []string {
 	s := make([]string, len(values))
 	for i, v := range values {

@@ -82,6 +82,7 @@ type API struct {
 	// breakGlass, when not nil, is everyone who may still sign in with a
 	// password (PasswordLoginBreakGlass).
 	breakGlass map[string]bool
+	domains    domainList // GET /domains, per ruleset version
 
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
@@ -125,7 +126,7 @@ func New(cfg Config) *API {
 	}, []string{"route"})
 	a.loginFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_console_login_failures_total",
-		Help: "Failed sign-ins: audited, over_budget (an existing user's, past the audit budget) or unknown_user (never audited).",
+		Help: "Failed sign-ins: audited, over_budget (an existing user's, past the audit budget), unknown_user (never audited) or busy (refused unchecked: too many password checks at once).",
 	}, []string{"outcome"})
 	reg.MustRegister(a.requests, a.latency, a.loginFailures,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_console_connected_nodes", Help: "Enforcers connected to this console."},

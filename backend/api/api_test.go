@@ -76,9 +76,15 @@ var credentials = []string{"", "garbage", "viewer", "support", "editor", "admin"
 // configuration.
 func newFixture(t *testing.T, opts ...func(*api.Config)) *fixture {
 	t.Helper()
+	return newFixtureCost(t, bcrypt.MinCost, opts...) // sign-ins at test speed
+}
+
+// newFixtureCost is newFixture with passwords hashed at bcrypt cost cost.
+func newFixtureCost(t *testing.T, cost int, opts ...func(*api.Config)) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	url := testenv.PostgresURL(t)
-	st, err := store.Open(ctx, url, store.PasswordCost(bcrypt.MinCost)) // sign-ins at test speed
+	st, err := store.Open(ctx, url, store.PasswordCost(cost))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +148,9 @@ func (f *fixture) do(t *testing.T, method, path, cred, body string, header http.
 	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range header {
 		req.Header[k] = v

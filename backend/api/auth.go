@@ -176,6 +176,9 @@ func (a *API) login(c *gin.Context) error {
 		return err
 	}
 	user, err := a.store.Authenticate(c.Request.Context(), req.Username, req.Password)
+	if errors.Is(err, store.ErrPasswordsBusy) {
+		a.loginFailures.WithLabelValues("busy").Inc() // answered 503 by fail
+	}
 	if errors.Is(err, store.ErrBadCredentials) {
 		if ferr := a.failedAttempt(c, req.Username); ferr != nil {
 			return ferr

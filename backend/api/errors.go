@@ -70,6 +70,11 @@ func (a *API) fail(c *gin.Context, err error) {
 		c.AbortWithStatusJSON(http.StatusUnprocessableEntity, errorBody("unprocessable", ue.Reason, nil))
 	case errors.As(err, &re):
 		c.AbortWithStatusJSON(http.StatusConflict, errorBody("conflict", re.Reason, nil))
+	case errors.Is(err, store.ErrPasswordsBusy):
+		// Password checks are bounded so that a sign-in flood slows sign-in,
+		// not the console: try again in a moment.
+		c.Header("Retry-After", "1")
+		c.AbortWithStatusJSON(http.StatusServiceUnavailable, errorBody("busy", "too many sign-ins at once; try again in a second", nil))
 	case errors.Is(err, store.ErrSelfApproval):
 		c.AbortWithStatusJSON(http.StatusForbidden, errorBody("self_approval", "a change needs a second person: its author cannot approve it", nil))
 	case errors.Is(err, store.ErrApprovalRequired):

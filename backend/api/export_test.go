@@ -15,6 +15,9 @@ func (a *API) Routes() []string {
 	return out
 }
 
+// DomainParses is how many domains GET /api/v1/domains has parsed.
+func (a *API) DomainParses() int64 { return a.domains.parses.Load() }
+
 // NewTestThrottle returns the in-process sign-in throttle on a clock the
 // test controls.
 func NewTestThrottle(now func() time.Time) Throttle { return newThrottle(now) }

@@ -640,6 +640,9 @@ func TestConcurrentPublishAPI(t *testing.T) {
 
 func (f *fixture) request(method, path, cred, body string) *http.Request {
 	req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if cred != "" {
 		req.Header.Set("Authorization", "Bearer "+f.tokens[cred])
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -59,11 +61,7 @@ func decodeOptional(c *gin.Context, v any) error { return decodeLimit(c, v, maxB
 func decodeLimit(c *gin.Context, v any, limit int64, optional bool) error {
 	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return httpError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", tooBig.Limit))
-		}
-		return fmt.Errorf("read request body: %w", err)
+		return bodyReadError(err)
 	}
 	if !utf8.Valid(raw) {
 		return badRequest("%s is not valid UTF-8", fieldAt(raw, invalidUTF8At(raw)))
@@ -83,6 +81,34 @@ func decodeLimit(c *gin.Context, v any, limit int64, optional bool) error {
 		return badRequest("invalid JSON: trailing data after the object")
 	}
 	return checkStrings("", reflect.ValueOf(v))
+}
+
+// bodyReadError is the answer to a request whose body could not be read:
+// 413 over the limit, 408 when the client sent it too slowly for the
+// server's read timeout, and 400 for a body cut short (a connection closed
+// before Content-Length bytes, a broken chunked encoding). All three are
+// the client's doing, so none is a 500.
+func bodyReadError(err error) error {
+	var (
+		tooBig *http.MaxBytesError
+		netErr net.Error
+	)
+	switch {
+	case errors.As(err, &tooBig):
+		return httpError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", tooBig.Limit))
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return httpError(http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("request body ended before its declared length")
+	}
+	return badRequest("request body could not be read")
+}
+
+// isJSON reports whether a Content-Type header names JSON
+// (application/json, parameters such as charset allowed).
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
 }
 
 // checkStrings runs checkText on every string reachable from v (struct

@@ -76,10 +76,21 @@ func securityHeaders(c *gin.Context) {
 	c.Next()
 }
 
-// limitBody bounds every request body, whatever the handler does with it.
+// limitBody bounds every request body, whatever the handler does with it,
+// and refuses a body that is not declared JSON (415): the API reads no
+// other kind. A page on another site can make a browser send a body only
+// as a form or text/plain without asking first (a CORS preflight, which
+// the console never grants), so this is what keeps a cross-site form from
+// signing a victim in (POST /auth/login needs no CSRF token) or reaching
+// any other write.
 func limitBody(c *gin.Context) {
 	if c.Request.ContentLength > maxBodyBytes {
 		c.AbortWithStatusJSON(http.StatusRequestEntityTooLarge, errorBody("too_large", fmt.Sprintf("request body over %d bytes", maxBodyBytes), nil))
+		return
+	}
+	if c.Request.ContentLength != 0 && !isJSON(c.GetHeader("Content-Type")) {
+		c.AbortWithStatusJSON(http.StatusUnsupportedMediaType, errorBody("unsupported_media_type",
+			"a request body must be JSON, sent with Content-Type: application/json", nil))
 		return
 	}
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes)

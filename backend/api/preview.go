@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -79,6 +80,16 @@ const (
 		"replaying per-window counts against requests_per_unit per unit is only an estimate."
 )
 
+// Bounds of a preview. Its cost grows with the draft (parsed, diffed
+// against the published domain, every changed limit replayed and sent
+// back: a 1 MB draft took over half a second and answered 7 MB), so a
+// preview takes a quarter of what a publish takes, and previews at most
+// maxPreviewLimits changed or new limits.
+const (
+	maxPreviewYAMLBytes = rules.MaxSourceBytes / 4
+	maxPreviewLimits    = 200
+)
+
 // preview replays the last hour of real traffic against each changed or
 // new limit of a draft domain (POST /api/v1/preview). The draft goes
 // through the publish's validation (same 422).
@@ -89,6 +100,11 @@ func (a *API) preview(c *gin.Context) error {
 	}
 	if !domainName.MatchString(req.Domain) {
 		return badRequest("domain names use letters, digits, '_', '.', '-' (at most 128)")
+	}
+	if len(req.YAML) > maxPreviewYAMLBytes {
+		return httpError(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(
+			"a preview takes at most %d bytes of YAML, not %d (a publish takes up to %d): preview a smaller draft",
+			maxPreviewYAMLBytes, len(req.YAML), rules.MaxSourceBytes))
 	}
 	if err := validateDomain(req.Domain, req.YAML); err != nil {
 		return err
@@ -138,6 +154,11 @@ func (a *API) preview(c *gin.Context) error {
 			names = append(names, p.Rule)
 		}
 		out = append(out, p)
+	}
+	if len(out) > maxPreviewLimits {
+		return &apiError{status: http.StatusUnprocessableEntity, code: "too_many_limits",
+			message: fmt.Sprintf("the draft changes or adds %d limits; a preview replays at most %d: preview fewer changes at a time", len(out), maxPreviewLimits),
+			details: gin.H{"limits": len(out), "max_limits": maxPreviewLimits}}
 	}
 	spans := map[string][]wire.RulePreview{}
 	if a.stats != nil && len(names) > 0 {

@@ -44,18 +44,25 @@ type domainSummary struct {
 }
 
 func (a *API) listDomains(c *gin.Context) error {
-	snap, err := a.store.FindSnapshot(c.Request.Context(), 0)
+	ctx := c.Request.Context()
+	head, err := a.store.CurrentVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if out, ok := a.domains.cached(head); ok {
+		c.JSON(http.StatusOK, gin.H{"version": head, "domains": out})
+		return nil
+	}
+	snap, err := a.store.FindSnapshot(ctx, 0)
 	if err != nil {
 		return err
 	}
 	out := make([]domainSummary, len(snap.Domains))
 	for i, d := range snap.Domains {
 		out[i] = domainSummary{Name: d.Name, Version: d.Version, ChangedAt: d.ChangedAt.Format(timeFormat),
-			Author: d.Author, Message: d.Message}
-		if dom, err := rules.Parse(d.Name+".yaml", []byte(d.YAML)); err == nil {
-			out[i].Limits = len(limitsOf(dom))
-		}
+			Author: d.Author, Message: d.Message, Limits: a.domains.limitsOf(d.Name, d.Version, d.YAML)}
 	}
+	a.domains.store(snap.Version, out)
 	c.JSON(http.StatusOK, gin.H{"version": snap.Version, "domains": out})
 	return nil
 }

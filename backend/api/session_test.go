@@ -27,6 +27,9 @@ func (f *fixture) browser(t *testing.T) *browser {
 func (b *browser) do(method, path, body string) (int, string) {
 	b.t.Helper()
 	req, _ := http.NewRequest(method, b.f.srv.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if b.csrf != "" {
 		req.Header.Set("X-CSRF-Token", b.csrf)
 	}

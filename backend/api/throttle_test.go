@@ -37,6 +37,7 @@ func loginFrom(t *testing.T, srv *httptest.Server, ip, username, password string
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Forwarded-For", ip)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -60,6 +60,7 @@ func (e *env) put(baseURL, domain, yaml string, base int64) int64 {
 	body, _ := json.Marshal(map[string]any{"yaml": yaml, "message": "test", "base_version": base})
 	req, _ := http.NewRequest("PUT", baseURL+"/api/v1/domains/"+domain, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+e.adminTok)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

@@ -49,7 +49,12 @@ func (s *Store) Authenticate(ctx context.Context, username, password string) (Us
 	if err != nil {
 		hash = s.dummyHash // keeps an unknown user's sign-in as slow as a wrong password's
 	}
-	mismatch := bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil // always run: timing
+	var mismatch bool
+	if err := s.passwords.run(ctx, func() {
+		mismatch = bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil // always run: timing
+	}); err != nil {
+		return User{}, err
+	}
 	switch {
 	case err != nil:
 		return User{}, ErrUnknownUser

@@ -28,6 +28,8 @@ type Store struct {
 	// compared for unknown users, is built at the same cost.
 	passwordCost int
 	dummyHash    []byte
+	// passwords bounds concurrent bcrypt work (see SetPasswordChecks).
+	passwords *passwordGate
 }
 
 // Option changes how Open sets up a Store.
@@ -46,7 +48,7 @@ func PasswordCost(cost int) Option {
 
 // Open connects to Postgres. It does not migrate; call Migrate.
 func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, error) {
-	st := &Store{url: databaseURL, passwordCost: bcrypt.DefaultCost}
+	st := &Store{url: databaseURL, passwordCost: bcrypt.DefaultCost, passwords: newPasswordGate(0)}
 	for _, o := range opts {
 		o(st)
 	}

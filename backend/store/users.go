@@ -48,12 +48,18 @@ func userRole(role string) error {
 	return &InvalidError{Reason: "role must be one of viewer, support, editor, admin"}
 }
 
-func (s *Store) hashPassword(password string) (string, error) {
+func (s *Store) hashPassword(ctx context.Context, password string) (string, error) {
 	if password == "" || len(password) > MaxPasswordBytes {
 		return "", &InvalidError{Reason: fmt.Sprintf("a password has 1 to %d bytes", MaxPasswordBytes)}
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.passwordCost)
-	if err != nil {
+	var (
+		hash    []byte
+		hashErr error
+	)
+	if err := s.passwords.run(ctx, func() { hash, hashErr = bcrypt.GenerateFromPassword([]byte(password), s.passwordCost) }); err != nil {
+		return "", err
+	}
+	if err := hashErr; err != nil {
 		return "", fmt.Errorf("hash password: %w", err)
 	}
 	return string(hash), nil
@@ -73,7 +79,7 @@ func (s *Store) CreateUser(ctx context.Context, username, password, role string,
 	if err := userRole(role); err != nil {
 		return User{}, err
 	}
-	hash, err := s.hashPassword(password)
+	hash, err := s.hashPassword(ctx, password)
 	if err != nil {
 		return User{}, err
 	}
@@ -198,7 +204,7 @@ func (s *Store) SetUserRole(ctx context.Context, id int64, role string, actor Ac
 // ResetPassword sets a user's password (an admin's reset) and ends all of
 // the user's sessions.
 func (s *Store) ResetPassword(ctx context.Context, id int64, password string, actor Actor) (User, error) {
-	hash, err := s.hashPassword(password)
+	hash, err := s.hashPassword(ctx, password)
 	if err != nil {
 		return User{}, err
 	}
@@ -213,7 +219,7 @@ func (s *Store) ResetPassword(ctx context.Context, id int64, password string, ac
 // (ErrBadCredentials if wrong), and ends the user's other sessions: every
 // session except the one whose secret is keep.
 func (s *Store) ChangePassword(ctx context.Context, id int64, current, password, keep string, actor Actor) error {
-	hash, err := s.hashPassword(password)
+	hash, err := s.hashPassword(ctx, password)
 	if err != nil {
 		return err
 	}
@@ -222,7 +228,13 @@ func (s *Store) ChangePassword(ctx context.Context, id int64, current, password,
 		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
 			return notFound(err, fmt.Sprintf("user %d", id))
 		}
-		if row.Disabled || bcrypt.CompareHashAndPassword([]byte(row.PasswordHash), []byte(current)) != nil {
+		var mismatch bool
+		if err := s.passwords.run(ctx, func() {
+			mismatch = bcrypt.CompareHashAndPassword([]byte(row.PasswordHash), []byte(current)) != nil
+		}); err != nil {
+			return err
+		}
+		if row.Disabled || mismatch {
 			return ErrBadCredentials
 		}
 		now := time.Now().UTC()

@@ -16,9 +16,11 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/backend/stats"
+	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/enforcer"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/enforcer/middleware"
+	"github.com/sluicehq/sluice/internal/serve"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -42,10 +44,18 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	fs.string(&cfg.RedisURL, "redis-url", "REDIS_URL", "", "the Redis the enforcers count in, in the enforcer's --redis-url forms (Cluster and Sentinel too), for the support desk's inspect and reset (off when empty: they answer 503)")
 	var sso ssoFlags
 	sso.define(fs)
+	fs.duration(&cfg.Limits.ReadHeader, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", serve.DefaultReadHeader, "how long a request's headers may take to arrive")
+	fs.duration(&cfg.Limits.Read, "read-timeout", "SLUICE_READ_TIMEOUT", serve.DefaultRead, "how long a whole request, body included, may take to arrive (408 after; websockets are not bounded by it)")
+	fs.duration(&cfg.Limits.Idle, "idle-timeout", "SLUICE_IDLE_TIMEOUT", serve.DefaultIdle, "how long an idle keep-alive connection stays open")
+	fs.int(&cfg.Limits.MaxConns, "max-connections", "SLUICE_MAX_CONNECTIONS", serve.DefaultMaxConns, "client connections held open at once, websockets included; past it new ones wait to be accepted (keep it below the file-descriptor limit)")
+	fs.int(&cfg.PasswordChecks, "max-password-checks", "SLUICE_MAX_PASSWORD_CHECKS", store.DefaultPasswordChecks(), "password checks (bcrypt) run at once; 8 per check may wait up to 2s, the rest get 503 with Retry-After")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
 	if err := fs.parse(args); err != nil {
 		return err
+	}
+	if l := cfg.Limits; l.ReadHeader < 0 || l.Read < 0 || l.Idle < 0 || l.MaxConns < 0 || cfg.PasswordChecks < 0 {
+		return fmt.Errorf("console: --read-header-timeout, --read-timeout, --idle-timeout, --max-connections and --max-password-checks must not be negative")
 	}
 	if proxies != "" {
 		for _, p := range strings.Split(proxies, ",") {
@@ -63,6 +73,8 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nmetrics_auth=%t\npublic_url=%s\nstats_retention=%s\nredis_url=%s\nlog_level=%s\n",
 			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, cfg.MetricsAuth, cfg.PublicURL, cfg.StatsRetention, redact(cfg.RedisURL), logLevel)
 		sso.print(stdout, cfg)
+		fmt.Fprintf(stdout, "read_header_timeout=%s\nread_timeout=%s\nidle_timeout=%s\nmax_connections=%d\nmax_password_checks=%d\n",
+			cfg.Limits.ReadHeader, cfg.Limits.Read, cfg.Limits.Idle, cfg.Limits.MaxConns, cfg.PasswordChecks)
 		return nil
 	}
 	log, err := newLogger(logLevel, stderr)

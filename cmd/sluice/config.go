@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -63,6 +64,19 @@ func (f *flagSet) duration(p *time.Duration, name, env string, def time.Duration
 		}
 	}
 	f.DurationVar(p, name, def, help+" (env "+env+")")
+}
+
+// int defines an int flag defaulting to env, then to def. An env value
+// that is not a whole number is an error at parse time.
+func (f *flagSet) int(p *int, name, env string, def int, help string) {
+	if v := f.getenv(env); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			def = n
+		} else {
+			f.badEnv = append(f.badEnv, fmt.Sprintf("%s=%q is not a whole number", env, v))
+		}
+	}
+	f.IntVar(p, name, def, help+" (env "+env+")")
 }
 
 // parse parses args; -h prints usage and ends with status 0.

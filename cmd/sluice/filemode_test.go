@@ -123,7 +123,7 @@ func TestFileMode(t *testing.T) {
 
 	// A broken file: refused, its position logged, the previous rules kept.
 	putRules(t, file, lyft(20, "fortnight"))
-	waitLog(t, logs, regexp.MustCompile(regexp.QuoteMeta(file)+`:6:13: descriptors\[0\]\.rate_limit\.unit: \\"fortnight\\" is not a unit`))
+	waitLog(t, logs, regexp.MustCompile(regexp.QuoteMeta(file)+`:6:13: descriptors\[0\]\.rate_limit\.unit: \\"…\\" is not a unit`))
 	if _, s := check("carol"); s.CurrentLimit.RequestsPerUnit != 10 {
 		t.Errorf("after the broken file: limit %d, want the previous 10", s.CurrentLimit.RequestsPerUnit)
 	}

@@ -24,7 +24,10 @@
 // at most engine.MaxDescriptors 64 descriptors, engine.MaxEntries 32
 // entries each, 1 KiB per key, 64 KiB per value, 1 MiB of keys and values
 // in all). A request over the engine's bounds is an invalid request: 400
-// (plain "Bad Request" on /json), gRPC InvalidArgument.
+// (plain "Bad Request" on /json), gRPC InvalidArgument. An HTTP body over
+// 64 KiB is scanned as it arrives, and refused at its 65th descriptor (or
+// a descriptor's 33rd entry) without the rest being read or decoded; a
+// body declared over MaxBodyBytes is refused before any of it is read.
 //
 // gRPC maps errors to InvalidArgument and Unavailable (Envoy then applies
 // its failure_mode_deny setting) and returns the rate-limit headers as
@@ -36,7 +39,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -172,19 +174,21 @@ func marshalResponse(r *rlsv3.RateLimitResponse) ([]byte, error) {
 // readRequest reads and decodes an HTTP check body. On failure it returns
 // the status and the error's code and message.
 func readRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLimitRequest, int, string, string) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, http.StatusRequestEntityTooLarge, "too_large", "request body exceeds 1 MiB"
-		}
-		return nil, http.StatusBadRequest, "invalid_request", "read request body: " + err.Error()
-	}
 	msg := new(rlsv3.RateLimitRequest)
-	if err := jsonIn.Unmarshal(body, msg); err != nil {
-		return nil, http.StatusBadRequest, "invalid_request", "malformed RateLimitRequest: " + err.Error()
+	err := readBody(w, r, msg)
+	var tooBig *http.MaxBytesError
+	if errors.Is(err, engine.ErrInvalidRequest) || errors.As(err, &tooBig) {
+		// The rest of the body is not wanted: without this, net/http
+		// would read up to 256 KiB more of it before answering.
+		w.Header().Set("Connection", "close")
 	}
-	return msg, 0, "", ""
+	switch {
+	case err == nil:
+		return msg, 0, "", ""
+	case errors.As(err, &tooBig):
+		return nil, http.StatusRequestEntityTooLarge, "too_large", "request body exceeds 1 MiB"
+	}
+	return nil, http.StatusBadRequest, "invalid_request", err.Error()
 }
 
 // handleCheck serves POST /v1/check.

@@ -1,10 +1,14 @@
 package checkserver
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/limiter"
@@ -53,6 +57,42 @@ func FuzzCheckBody(f *testing.F) {
 		res, err := eng.Check(context.Background(), req)
 		if err == nil && len(res.Statuses) != len(req.Descriptors) {
 			t.Fatalf("%d statuses for %d descriptors", len(res.Statuses), len(req.Descriptors))
+		}
+	})
+}
+
+// FuzzScanBounds holds the streaming scan of large check bodies to what
+// decoding them whole decides: it never panics, and it refuses a body only
+// when protojson would fail on it or the engine would refuse it for its
+// descriptor or entry count.
+func FuzzScanBounds(f *testing.F) {
+	many := func(n, e int) string {
+		d := `{"entries":[` + strings.TrimSuffix(strings.Repeat(`{"key":"k","value":"v"},`, e), ",") + `]}`
+		return `{"domain":"api","descriptors":[` + strings.TrimSuffix(strings.Repeat(d+",", n), ",") + `]}`
+	}
+	for _, s := range []string{
+		many(64, 1), many(65, 1), many(1, 32), many(1, 33), many(2, 40),
+		`{"descr\u0069ptors":[` + strings.Repeat(`{},`, 70) + `{}]}`,
+		`{"domain":"api","descriptors":null}`, `[[[],[]]]`, `{"a":{"descriptors":[` + strings.Repeat(`1,`, 70) + `1]}}`,
+		`{"descriptors":[[` + strings.Repeat(`{},`, 70) + `{}]]}`, `{"descriptors":[{"entries":{"a":1}}]}`, `{`, `"x"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		err := scanBounds(bytes.NewReader(body))
+		if !errors.Is(err, engine.ErrInvalidRequest) {
+			return
+		}
+		msg := new(rlsv3.RateLimitRequest)
+		if jsonIn.Unmarshal(body, msg) != nil {
+			return
+		}
+		over := len(msg.Descriptors) > engine.MaxDescriptors
+		for _, d := range msg.Descriptors {
+			over = over || len(d.Entries) > engine.MaxEntries
+		}
+		if !over {
+			t.Fatalf("scan refused (%v) a body protojson decodes within the bounds", err)
 		}
 	})
 }

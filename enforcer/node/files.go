@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -39,10 +40,22 @@ const maxRulesFiles = 10_000
 //
 // Load applies the directory all or nothing: when any file is invalid, or
 // two define one domain, the engine keeps the rules it has and every
-// problem is logged as FILE:LINE:COLUMN: message. Run polls the directory's
+// problem is logged as FILE:LINE:COLUMN: path: message, without the file's
+// text: quoted values in messages become "…", and so do path segments
+// that are not the rules' own field names (an unknown field's name), so a
+// file that is not a rules file (a symlink to a secret) never has its
+// content logged. Run polls the directory's
 // contents (names and bytes, through symlinks) and loads them when they
 // change: that catches edits, new and removed files, and Kubernetes'
 // ConfigMap updates, which swap a symlinked directory at once.
+//
+// Symlinks are followed only within the directory (once the directory's
+// own path is resolved, so the directory may itself be a symlink, as
+// Lyft's RUNTIME_ROOT usually is): a file that resolves outside it fails
+// the load, naming the file. ConfigMap mounts, whose files link into the
+// directory's own ..data, work; a link to a file elsewhere, which would let
+// anyone who can write the directory make the node read (and, through an
+// error, show) any file it can read, does not.
 type Files struct {
 	dir      string
 	eng      *engine.Engine
@@ -157,8 +170,32 @@ func (f *Files) fail(err error) {
 	}
 	f.log.Error("rules not applied: keeping the previous rules", "rules_dir", f.dir, "kept", kept, "problems", len(ve.Problems))
 	for _, p := range ve.Problems {
-		f.log.Error(p.String())
+		f.log.Error(redactProblem(p).String())
 	}
+}
+
+// quoted matches a Go-quoted string (how the rules quote a file's values,
+// %q and strconv.Quote), with the "…" of a shortened one, and a
+// backquoted span (how yaml.v3 quotes them).
+var quoted = regexp.MustCompile("\"(?:[^\"\\\\]|\\\\.)*\"…?|`[^`]*`")
+
+// redactProblem is p without the file's text (see Files).
+func redactProblem(p rules.Problem) rules.Problem {
+	p.Message = quoted.ReplaceAllString(p.Message, `"…"`)
+	if p.Path != "" {
+		segs := strings.Split(p.Path, ".")
+		for i, seg := range segs {
+			name, index, _ := strings.Cut(seg, "[")
+			if !rules.IsFieldName(name) {
+				segs[i] = "…"
+				if index != "" {
+					segs[i] += "[" + index
+				}
+			}
+		}
+		p.Path = strings.Join(segs, ".")
+	}
+	return p
 }
 
 // Run loads the directory every poll interval until ctx is done. Refused
@@ -181,7 +218,11 @@ func (f *Files) Run(ctx context.Context) error {
 // their names and contents.
 func readRulesDir(dir string) ([]rules.File, [sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
-	entries, err := os.ReadDir(dir)
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, sum, fmt.Errorf("read rules dir: %w", err)
+	}
+	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, sum, fmt.Errorf("read rules dir: %w", err)
 	}
@@ -193,10 +234,20 @@ func readRulesDir(dir string) ([]rules.File, [sha256.Size]byte, error) {
 			continue // ConfigMaps keep their real files in ..data and ..<timestamp>
 		}
 		path := filepath.Join(dir, name)
-		info, err := os.Stat(path) // through symlinks
+		real, err := filepath.EvalSymlinks(filepath.Join(root, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // a dangling symlink, or a file removed meanwhile
+		}
+		if err != nil {
+			return nil, sum, fmt.Errorf("read rules dir: %w", err)
+		}
+		if !within(root, real) {
+			return nil, sum, fmt.Errorf("read rules dir: %s is a symlink to a file outside %s: file mode reads only the files of its directory", path, dir)
+		}
+		info, err := os.Stat(real)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
-				continue // a dangling symlink, or a file removed meanwhile
+				continue
 			}
 			return nil, sum, fmt.Errorf("read rules dir: %w", err)
 		}
@@ -206,7 +257,7 @@ func readRulesDir(dir string) ([]rules.File, [sha256.Size]byte, error) {
 		if len(files) == maxRulesFiles {
 			return nil, sum, fmt.Errorf("read rules dir: more than %d rules files in %s", maxRulesFiles, dir)
 		}
-		src, err := readBounded(path)
+		src, err := readBounded(real)
 		if err != nil {
 			return nil, sum, fmt.Errorf("read rules dir: %w", err)
 		}
@@ -216,6 +267,12 @@ func readRulesDir(dir string) ([]rules.File, [sha256.Size]byte, error) {
 	}
 	copy(sum[:], h.Sum(nil))
 	return files, sum, nil
+}
+
+// within says whether path (resolved) is inside dir (resolved).
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
 // readBounded reads a file of at most rules.MaxSourceBytes, plus one byte

@@ -101,7 +101,7 @@ func TestFileMode(t *testing.T) {
 	if set, v := n.Engine.Ruleset(); v != 1 || strings.Join(set.Domains(), ",") != "lyft,own" {
 		t.Errorf("after a broken file: version %d domains %v, want the previous rules", v, set.Domains())
 	}
-	want := filepath.Join(dir, "lyft.yaml") + `:4:24: descriptors[0].rate_limit.unit: \"fortnight\" is not a unit`
+	want := filepath.Join(dir, "lyft.yaml") + `:4:24: descriptors[0].rate_limit.unit: \"…\" is not a unit`
 	if !strings.Contains(logs.String(), want) {
 		t.Errorf("logs lack %q:\n%s", want, logs.String())
 	}

@@ -1215,7 +1215,7 @@ type DomainDetail struct {
 		ExpiresAt time.Time       `json:"expires_at"`
 		ID        int64           `json:"id"`
 		RateLimit OverrideRate    `json:"rate_limit"`
-	} `json:"overrides"`
+	} `json:"overrides,omitempty"`
 
 	// Problems Set (and config null) only if the stored YAML no longer parses.
 	Problems []Problem `json:"problems,omitempty"`
@@ -1263,7 +1263,7 @@ type DomainRevision struct {
 		ExpiresAt time.Time       `json:"expires_at"`
 		ID        int64           `json:"id"`
 		RateLimit OverrideRate    `json:"rate_limit"`
-	} `json:"overrides"`
+	} `json:"overrides,omitempty"`
 
 	// Version The version that last changed the domain's YAML.
 	Version int64  `json:"version"`
@@ -2064,6 +2064,9 @@ type Published struct {
 
 // PublishedRolloutState defines model for Published.Rollout.State.
 type PublishedRolloutState string
+
+// SignInPage defines model for SignInPage.
+type SignInPage = Error
 
 // TokenSecretResult defines model for TokenSecretResult.
 type TokenSecretResult = TokenSecret

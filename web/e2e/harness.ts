@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import axe from 'axe-core';
 import { chromium, type Browser, type Page } from 'playwright-core';
 
 const run = promisify(execFile);
@@ -66,6 +67,46 @@ export async function signIn(page: Page, url: string, password: string, heading 
   await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('heading', { level: 1, name: heading }).waitFor();
+}
+
+/**
+ * axeTags are the axe-core rule sets expectAccessible runs: WCAG 2.0, 2.1
+ * and 2.2 at levels A and AA, and axe's best practices (one main landmark,
+ * all content in landmarks, skip links that land somewhere).
+ */
+export const axeTags = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa', 'best-practice'];
+
+/**
+ * expectAccessible runs axe-core on the page as it is now and throws one
+ * error listing every violation (rule, impact, the elements' selectors and
+ * what to fix), labelled with where. axe is evaluated through the DevTools
+ * protocol, so the console's Content-Security-Policy stays as strict as it
+ * is for users (an injected <script> tag would be refused).
+ */
+export async function expectAccessible(page: Page, where: string): Promise<void> {
+  if (!(await page.evaluate(() => 'axe' in window))) await page.evaluate(axe.source);
+  const violations = await page.evaluate(async (tags) => {
+    const w = window as unknown as { axe: typeof axe };
+    const r = await w.axe.run(document, {
+      runOnly: { type: 'tag', values: tags },
+      // A visible label that is not part of the accessible name
+      // (WCAG 2.5.3) is still marked experimental in axe.
+      rules: { 'label-content-name-mismatch': { enabled: true } },
+      resultTypes: ['violations'],
+    });
+    return r.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact ?? '',
+      help: v.help,
+      nodes: v.nodes.map((n) => ({ target: n.target.map(String).join(' >> '), summary: n.failureSummary ?? '' })),
+    }));
+  }, axeTags);
+  if (violations.length === 0) return;
+  const lines = violations.flatMap((v) => [
+    `${v.id} (${v.impact}): ${v.help}`,
+    ...v.nodes.map((n) => `    ${n.target}\n      ${n.summary.replace(/\n/g, '\n      ')}`),
+  ]);
+  throw new Error(`${violations.length} accessibility violation(s) on ${where}:\n  ${lines.join('\n  ')}`);
 }
 
 function randomName(prefix: string): string {

@@ -250,7 +250,7 @@ describe('the Live traffic page', () => {
     const spark = row.getByTestId('sparkline');
     await spark.waitFor();
     await expect(spark.getAttribute('href')).resolves.toBe(`/traffic?domain=${domain}`);
-    await expect(spark.getAttribute('aria-label')).resolves.toMatch(/429\/s now, peak [1-9]/);
+    await expect(spark.getAttribute('aria-label')).resolves.toMatch(/429s at [\d.,]+\/s now, peak [1-9]/);
     await spark.click();
     await page.getByRole('heading', { level: 1, name: 'Live traffic' }).waitFor();
     expect(new URL(page.url()).searchParams.get('domain')).toBe(domain);

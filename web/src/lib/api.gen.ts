@@ -244,6 +244,20 @@ export interface paths {
                 401: components["responses"]["Unauthorized"];
                 403: components["responses"]["Forbidden"];
                 429: components["responses"]["TooManyRequests"];
+                /**
+                 * @description Too many sign-ins at once (`busy`): password checks are bounded (`--max-password-checks`);
+                 *     try again after `Retry-After` seconds.
+                 */
+                503: {
+                    headers: {
+                        /** @description Seconds to wait. */
+                        "Retry-After"?: number;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
             };
         };
         delete?: never;
@@ -807,6 +821,9 @@ export interface paths {
          *     have hit it. The draft is validated as a publish is (same 422). A limit the traffic cannot
          *     answer (a new limit, a unit longer than a minute, no traffic) has `previewable: false` and
          *     a `reason`; token and leaky buckets have `estimate: true` and an `estimate_reason`.
+         *     A preview is bounded: a draft over 256 KiB of YAML (a quarter of what a publish takes)
+         *     gets 413 `too_large`, and one that changes or adds more than 200 limits gets 422
+         *     `too_many_limits` with `details: {limits, max_limits}`.
          */
         post: {
             parameters: {
@@ -3030,7 +3047,7 @@ export interface components {
              *     the domain's own YAML; nodes get it with these appended as its `overrides` section (the
              *     snapshot's checksum covers that), which is what version diffs compare.
              */
-            overrides: {
+            overrides?: {
                 /** Format: int64 */
                 id: number;
                 entries: components["schemas"]["OverrideEntry"][];
@@ -4029,7 +4046,9 @@ export interface components {
         /**
          * @description A single sign-on that failed, as an HTML page for the person: unknown or used state (400),
          *     an ID token refused (401, naming the check), no role for the person's groups, a disabled
-         *     user or the provider's refusal (403), the provider unreachable (502).
+         *     user or the provider's refusal (403), the provider unreachable (502). A request the
+         *     console refuses before the sign-in is looked at (an invalid Bearer credential sent with it,
+         *     say) gets the usual JSON error.
          */
         SignInPage: {
             headers: {
@@ -4037,6 +4056,7 @@ export interface components {
             };
             content: {
                 "text/html": string;
+                "application/json": components["schemas"]["Error"];
             };
         };
         /** @description Too many attempts; see Retry-After. */

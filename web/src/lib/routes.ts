@@ -1,22 +1,26 @@
 // Route matching for the UI's paths; pure, so vitest runs it in Node.
 
+/** pages lists every page the UI has; tests walk it to visit each one. */
+export const pages = [
+  'domains',
+  'domain',
+  'new-domain',
+  'history',
+  'diff',
+  'approvals',
+  'audit',
+  'nodes',
+  'users',
+  'tokens',
+  'traffic',
+  'alerts',
+  'quotas',
+  'not-found',
+] as const;
+
 /** Route is a matched page and its parameters. */
 export interface Route {
-  page:
-    | 'domains'
-    | 'domain'
-    | 'new-domain'
-    | 'history'
-    | 'diff'
-    | 'approvals'
-    | 'audit'
-    | 'nodes'
-    | 'users'
-    | 'tokens'
-    | 'traffic'
-    | 'alerts'
-    | 'quotas'
-    | 'not-found';
+  page: (typeof pages)[number];
   params: Record<string, string>;
 }
 
