@@ -91,7 +91,7 @@ func newFixtureCost(t *testing.T, cost int, opts ...func(*api.Config)) *fixture 
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

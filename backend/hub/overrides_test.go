@@ -33,7 +33,7 @@ descriptors:
 // prefix: nodes given one prefix share their counters, as a fleet does.
 func (e *env) startRedisNode(consoleURL, id, prefix string) *enforcerNode {
 	e.t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(e.t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(e.t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func init() {
 // quotaNode builds a node's engine (node.NewEngine, as the enforcer does)
 // on Redis and its subscription with quota usage sent every interval.
 func quotaNode(consoleURL, token, id, redisURL, prefix string, interval time.Duration, now func() time.Time) (*engine.Engine, *subscriber.Subscriber, func(), error) {
-	client, err := limiter.NewClient(redisURL, limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(redisURL, limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -62,7 +62,7 @@ type fixture struct {
 // real test Redis. The ruleset is not applied yet.
 func newFixture(t *testing.T, ping func(context.Context) error) *fixture {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatalf("redis client: %v", err)
 	}
@@ -612,7 +612,7 @@ func TestGRPCLimitOverride(t *testing.T) {
 
 func TestDetailedMetricIsBounded(t *testing.T) {
 	t.Parallel()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func compile(t testing.TB, sources ...string) *rules.Set {
 // its own, with apiYAML applied as version 1.
 func newEngine(t *testing.T) *engine.Engine {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatalf("redis client: %v", err)
 	}

@@ -111,7 +111,7 @@ func TestCheckBreakerCutsOffTheStore(t *testing.T) {
 func TestCheckInvalidStoreRequestsDoNotTripTheBreaker(t *testing.T) {
 	t.Parallel()
 	b := breaker.New(breaker.Config{Failures: 1, Cooldown: time.Hour})
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ descriptors:
 func TestCheckShards(t *testing.T) {
 	t.Parallel()
 	const limit, shards = 10, 4
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +168,8 @@ descriptors:
 }
 
 func TestCheckShaping(t *testing.T) {
-	t.Parallel()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	// Not parallel: it measures the shaping delays it asserts.
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}

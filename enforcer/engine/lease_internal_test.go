@@ -67,7 +67,7 @@ func hot(value string) Request {
 // limit minus its remaining, read with a peek from an engine without leases.
 func used(t testing.TB, url, prefix string, set *rules.Set, value string) int64 {
 	t.Helper()
-	client, err := limiter.NewClient(url, limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(url, limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

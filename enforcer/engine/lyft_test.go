@@ -41,7 +41,7 @@ descriptors:
 // engine does, so that its over-limit cache answers too.
 func lyftEngine(t *testing.T) *engine.Engine {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 // c and whose node clock is c plus skew.
 func quotaEngine(t *testing.T, c *clock, skew time.Duration) *engine.Engine {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func TestTakeStatsTopBounded(t *testing.T) {
 
 func TestWithoutStats(t *testing.T) {
 	t.Parallel()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

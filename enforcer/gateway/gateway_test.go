@@ -106,7 +106,7 @@ type gw struct {
 // test Redis, with the domain source yaml (webYAML when empty) applied.
 func newGateway(t *testing.T, up string, trusted []netip.Prefix, yaml string) *gw {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
