@@ -78,6 +78,9 @@ func (e *env) call(method, url, body string, want int, out any) {
 	e.t.Helper()
 	req, _ := http.NewRequest(method, url, bytes.NewReader([]byte(body)))
 	req.Header.Set("Authorization", "Bearer "+e.adminTok)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
