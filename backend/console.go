@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/backend/api"
+	"github.com/sluicehq/sluice/backend/auditstream"
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/sso"
 	"github.com/sluicehq/sluice/backend/stats"
@@ -172,11 +173,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	}
 	h.SetStatsSink(agg)
 	bgCtx, stopBackground := context.WithCancel(ctx)
-	hubDone, aggDone := make(chan error, 1), make(chan error, 1)
+	hubDone, aggDone, streamDone := make(chan error, 1), make(chan error, 1), make(chan struct{})
 	go func() { hubDone <- h.Run(bgCtx) }()
 	go func() { aggDone <- agg.Run(bgCtx) }()
+	go func() {
+		defer close(streamDone)
+		auditstream.New(auditstream.Config{Store: st, Log: log}).Run(bgCtx)
+	}()
 	defer func() { // before st.Close: both write to Postgres one last time
 		stopBackground()
+		<-streamDone
 		if err := <-hubDone; err != nil {
 			log.Warn("node hub", "error", err)
 		}

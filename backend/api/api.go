@@ -154,7 +154,10 @@ func New(cfg Config) *API {
 		r.GET("/metrics", metrics)
 	}
 
-	viewer, editor, admin := a.require(store.RoleViewer), a.require(store.RoleEditor), a.require(store.RoleAdmin)
+	viewer, editor := a.require(store.RoleViewer), a.require(store.RoleEditor)
+	// admin is an admin of every domain; scopedAdmin may hold some only
+	// (minting tokens no wider than themselves).
+	admin, scopedAdmin := a.requireAll(store.RoleAdmin), a.require(store.RoleAdmin)
 	v1 := r.Group("/api/v1", a.authenticate)
 	v1.GET("/openapi.json", a.h(a.getOpenAPI))
 	v1.GET("/schema", getSchema)
@@ -165,6 +168,8 @@ func New(cfg Config) *API {
 	v1.GET("/auth/oidc/callback", a.page(a.oidcCallback))
 	v1.GET("/me", viewer, a.h(a.me))
 	v1.PUT("/me/password", viewer, a.h(a.changePassword))
+	v1.GET("/me/sessions", viewer, a.h(a.listMySessions))
+	v1.DELETE("/me/sessions", viewer, a.h(a.signOutEverywhere))
 
 	v1.GET("/ruleset", viewer, a.h(a.getRuleset))
 	v1.PUT("/ruleset", editor, a.h(a.putRuleset))
@@ -198,18 +203,25 @@ func New(cfg Config) *API {
 
 	v1.GET("/audit", viewer, a.h(a.listAudit))
 	v1.GET("/audit/verify", viewer, a.h(a.verifyAudit))
+	v1.GET("/audit/stream", admin, a.h(a.getAuditStream))
+	v1.PUT("/audit/stream", admin, a.h(a.putAuditStream))
 
 	v1.GET("/users", admin, a.h(a.listUsers))
 	v1.POST("/users", admin, a.h(a.createUser))
 	v1.POST("/users/:id/disable", admin, a.h(a.disableUser))
 	v1.POST("/users/:id/enable", admin, a.h(a.enableUser))
 	v1.PUT("/users/:id/role", admin, a.h(a.setUserRole))
+	v1.PUT("/users/:id/domains", admin, a.h(a.setUserDomains))
 	v1.PUT("/users/:id/password", admin, a.h(a.resetPassword))
+	v1.GET("/users/:id/sessions", admin, a.h(a.listUserSessions))
+	v1.DELETE("/users/:id/sessions", admin, a.h(a.revokeUserSessions))
+	v1.DELETE("/users/:id/sessions/:sid", admin, a.h(a.revokeUserSessions))
 
-	v1.GET("/tokens", admin, a.h(a.listTokens))
-	v1.POST("/tokens", admin, a.h(a.createToken))
+	v1.GET("/tokens", scopedAdmin, a.h(a.listTokens))
+	v1.POST("/tokens", scopedAdmin, a.h(a.createToken))
 	v1.POST("/tokens/:id/disable", admin, a.h(a.disableToken))
 	v1.POST("/tokens/:id/rotate", admin, a.h(a.rotateToken))
+	v1.PUT("/tokens/:id/owner", admin, a.h(a.setTokenOwner))
 
 	v1.GET("/nodes", viewer, a.h(a.listNodes))
 	v1.GET("/nodes/stream", a.require(store.RoleNode), a.nodeStream)

@@ -68,8 +68,21 @@ type fixture struct {
 // sys is the actor of fixture set-up.
 var sys = store.Actor{Name: "test"}
 
-// credentials are every kind of caller; "" is anonymous.
-var credentials = []string{"", "garbage", "viewer", "support", "editor", "admin", "node", "expired", "disabled"}
+// credentials are every kind of caller; "" is anonymous. Each role comes
+// unscoped (every domain) and scoped (see scopedCreds), and admin also as
+// a read-only token.
+// The scoped ones come before editor and admin, whose writes (a rollback
+// to version 1) could leave nothing for theirs to change.
+var credentials = []string{"", "garbage", "viewer", "support", "sviewer", "ssupport", "seditor", "sadmin", "readonly",
+	"editor", "admin", "node", "expired", "disabled"}
+
+// scopedCreds are the credentials whose role holds for scopedDomain only,
+// by the role they hold.
+var scopedCreds = map[string]string{"sviewer": "viewer", "ssupport": "support", "seditor": "editor", "sadmin": "admin"}
+
+// scopedDomain is the one domain the scoped credentials may write; no
+// scenario writes to it, so each of their writes is out of scope.
+const scopedDomain = "mine"
 
 // newFixture serves the API on a fresh database, with the test Redis as
 // the counter store (under a key prefix of the test's own); opts change the
@@ -109,6 +122,10 @@ func newFixtureCost(t *testing.T, cost int, opts ...func(*api.Config)) *fixture 
 	for _, role := range []string{"viewer", "support", "editor", "admin", "node"} {
 		f.token(t, role, role, nil)
 	}
+	for cred, role := range scopedCreds {
+		f.scopedToken(t, cred, store.TokenSpec{Name: cred, Role: role, Domains: []string{scopedDomain}})
+	}
+	f.scopedToken(t, "readonly", store.TokenSpec{Name: "readonly", Role: "admin", ReadOnly: true})
 	past := time.Now().Add(-time.Hour)
 	f.token(t, "expired", "admin", &past)
 	f.token(t, "disabled", "admin", nil)
@@ -126,6 +143,18 @@ func newFixtureCost(t *testing.T, cost int, opts ...func(*api.Config)) *fixture 
 func (f *fixture) token(t *testing.T, name, role string, expires *time.Time) {
 	t.Helper()
 	tok, secret, err := f.store.CreateToken(context.Background(), name, role, expires, sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tokens[name] = secret
+	f.ids["token:"+name] = tok.ID
+}
+
+// scopedToken creates a token from spec and keeps its secret as credential
+// name.
+func (f *fixture) scopedToken(t *testing.T, name string, spec store.TokenSpec) {
+	t.Helper()
+	tok, secret, err := f.store.CreateScopedToken(context.Background(), spec, sys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +220,10 @@ func publishBody(domain string, n int, base int64, message string) string {
 // scenario is one route probed with every credential. Auth is who may call
 // it: "open" (outside /api/v1, no authentication at all), "public" (any
 // valid or no credential), or the least role. OK is the status an allowed
-// caller gets. In Path and Body, {cred} becomes the credential's name and
+// caller gets. Scope is what a role of some domains only gets: "" the same
+// as the role (reads, previews, tokens no wider than the caller), "domain"
+// 403 (the scenario writes to domains outside the grant), "all" 403 (the
+// route needs the role for every domain). In Path and Body, {cred} becomes the credential's name and
 // {id:NAME} the id of fixture NAME (after {cred} is replaced; 0 if none),
 // so that callers who succeed do not collide.
 type scenario struct {
@@ -200,6 +232,7 @@ type scenario struct {
 	body      string
 	auth      string
 	ok        int
+	scope     string
 	overrides map[string]int
 }
 
@@ -209,6 +242,21 @@ var rank = map[string]int{"viewer": 1, "support": 2, "editor": 3, "admin": 4}
 func (s scenario) want(cred string) int {
 	if st, ok := s.overrides[cred]; ok {
 		return st
+	}
+	if role, ok := scopedCreds[cred]; ok {
+		got := s.want(role)
+		if got == s.ok && s.scope != "" && s.auth != "open" && s.auth != "public" {
+			return http.StatusForbidden
+		}
+		return got
+	}
+	if cred == "readonly" {
+		got := s.want("admin")
+		method, _, _ := strings.Cut(s.route, " ")
+		if got == s.ok && method != "GET" && s.auth != "open" && s.auth != "public" {
+			return http.StatusForbidden
+		}
+		return got
 	}
 	switch {
 	case s.auth == "open":
@@ -255,49 +303,60 @@ var scenarios = []scenario{
 	{route: "GET /api/v1/auth/oidc/callback", path: "/api/v1/auth/oidc/callback?state=s&code=c", auth: "public", ok: 404},
 	// Tokens have no password; a signed-in user's change is in TestSessions.
 	{route: "PUT /api/v1/me/password", path: "/api/v1/me/password", body: `{"current_password":"a","new_password":"password2"}`, auth: "viewer", ok: 403},
+	// Tokens have no sessions; a signed-in user's are in TestSessionControl.
+	{route: "GET /api/v1/me/sessions", path: "/api/v1/me/sessions", auth: "viewer", ok: 403},
+	{route: "DELETE /api/v1/me/sessions", path: "/api/v1/me/sessions", auth: "viewer", ok: 403},
 	{route: "GET /api/v1/ruleset", path: "/api/v1/ruleset", auth: "viewer", ok: 200},
 	{route: "PUT /api/v1/ruleset", path: "/api/v1/ruleset",
 		body: `{"domains":{"rs-{cred}":"domain: rs-{cred}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},"message":"m"}`,
-		auth: "editor", ok: 200},
+		auth: "editor", ok: 200, scope: "domain"},
 	{route: "GET /api/v1/domains", path: "/api/v1/domains", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/domains/:domain", path: "/api/v1/domains/api", auth: "viewer", ok: 200},
 	{route: "PUT /api/v1/domains/:domain", path: "/api/v1/domains/p-{cred}",
 		body: `{"yaml":"domain: p-{cred}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n","message":"m","base_version":0}`,
-		auth: "editor", ok: 200},
-	{route: "DELETE /api/v1/domains/:domain", path: "/api/v1/domains/del-{cred}", body: `{"message":"m","base_version":{id:del-{cred}}}`, auth: "editor", ok: 200},
-	{route: "POST /api/v1/domains/:domain/rollback", path: "/api/v1/domains/api/rollback", body: `{"to_version":1,"message":"m"}`, auth: "editor", ok: 200},
+		auth: "editor", ok: 200, scope: "domain"},
+	{route: "DELETE /api/v1/domains/:domain", path: "/api/v1/domains/del-{cred}", body: `{"message":"m","base_version":{id:del-{cred}}}`, auth: "editor", ok: 200, scope: "domain"},
+	{route: "POST /api/v1/domains/:domain/rollback", path: "/api/v1/domains/api/rollback", body: `{"to_version":1,"message":"m"}`, auth: "editor", ok: 200, scope: "domain"},
 	{route: "POST /api/v1/preview", path: "/api/v1/preview",
 		body: `{"domain":"api","yaml":"domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"}`,
 		auth: "editor", ok: 200},
 	{route: "GET /api/v1/versions", path: "/api/v1/versions", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/versions/:n", path: "/api/v1/versions/1", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/versions/:n/diff/:m", path: "/api/v1/versions/1/diff/2", auth: "viewer", ok: 200},
-	{route: "POST /api/v1/versions/:n/rollback", path: "/api/v1/versions/1/rollback", body: `{"message":"m"}`, auth: "editor", ok: 200},
+	{route: "POST /api/v1/versions/:n/rollback", path: "/api/v1/versions/1/rollback", body: `{"message":"m"}`, auth: "editor", ok: 200, scope: "domain"},
 	// Version 1 was not staged: an allowed caller is told so (the staged
 	// path is in TestRolloutAPI).
-	{route: "POST /api/v1/versions/:n/promote", path: "/api/v1/versions/1/promote", body: `{"message":"m"}`, auth: "editor", ok: 409},
+	{route: "POST /api/v1/versions/:n/promote", path: "/api/v1/versions/1/promote", body: `{"message":"m"}`, auth: "editor", ok: 409, scope: "domain"},
 	{route: "GET /api/v1/versions/:n/cohorts", path: "/api/v1/versions/1/cohorts", auth: "viewer", ok: 404},
 	{route: "GET /api/v1/changes", path: "/api/v1/changes", auth: "viewer", ok: 200},
 	{route: "POST /api/v1/changes", path: "/api/v1/changes",
 		body: `{"domain":"cr-{cred}","yaml":"domain: cr-{cred}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n","message":"m"}`,
-		auth: "editor", ok: 201},
+		auth: "editor", ok: 201, scope: "domain"},
 	{route: "GET /api/v1/changes/:id", path: "/api/v1/changes/{id:approve-editor}", auth: "viewer", ok: 200},
-	{route: "POST /api/v1/changes/:id/approve", path: "/api/v1/changes/{id:approve-{cred}}/approve", auth: "editor", ok: 200},
-	{route: "POST /api/v1/changes/:id/reject", path: "/api/v1/changes/{id:reject-{cred}}/reject", body: `{"message":"no"}`, auth: "editor", ok: 200},
+	{route: "POST /api/v1/changes/:id/approve", path: "/api/v1/changes/{id:approve-{cred}}/approve", auth: "editor", ok: 200, scope: "domain"},
+	{route: "POST /api/v1/changes/:id/reject", path: "/api/v1/changes/{id:reject-{cred}}/reject", body: `{"message":"no"}`, auth: "editor", ok: 200, scope: "domain"},
 	{route: "GET /api/v1/settings", path: "/api/v1/settings", auth: "viewer", ok: 200},
-	{route: "PUT /api/v1/settings", path: "/api/v1/settings", body: `{"require_approval":false}`, auth: "admin", ok: 200},
+	{route: "PUT /api/v1/settings", path: "/api/v1/settings", body: `{"require_approval":false}`, auth: "admin", ok: 200, scope: "all"},
 	{route: "GET /api/v1/audit", path: "/api/v1/audit", auth: "viewer", ok: 200},
 	{route: "GET /api/v1/audit/verify", path: "/api/v1/audit/verify", auth: "viewer", ok: 200},
-	{route: "GET /api/v1/users", path: "/api/v1/users", auth: "admin", ok: 200},
-	{route: "POST /api/v1/users", path: "/api/v1/users", body: `{"username":"u-{cred}","password":"password1","role":"viewer"}`, auth: "admin", ok: 201},
-	{route: "POST /api/v1/users/:id/disable", path: "/api/v1/users/{id:user:bob}/disable", auth: "admin", ok: 200},
-	{route: "POST /api/v1/users/:id/enable", path: "/api/v1/users/{id:user:carol}/enable", auth: "admin", ok: 200},
-	{route: "PUT /api/v1/users/:id/role", path: "/api/v1/users/{id:user:dave}/role", body: `{"role":"editor"}`, auth: "admin", ok: 200},
-	{route: "PUT /api/v1/users/:id/password", path: "/api/v1/users/{id:user:erin}/password", body: `{"password":"password9"}`, auth: "admin", ok: 200},
+	{route: "GET /api/v1/audit/stream", path: "/api/v1/audit/stream", auth: "admin", ok: 200, scope: "all"},
+	{route: "PUT /api/v1/audit/stream", path: "/api/v1/audit/stream", body: `{"url":"https://siem.example/in","secret":"0123456789abcdef","enabled":false}`, auth: "admin", ok: 200, scope: "all"},
+	{route: "GET /api/v1/users", path: "/api/v1/users", auth: "admin", ok: 200, scope: "all"},
+	{route: "POST /api/v1/users", path: "/api/v1/users", body: `{"username":"u-{cred}","password":"password1","role":"viewer"}`, auth: "admin", ok: 201, scope: "all"},
+	{route: "POST /api/v1/users/:id/disable", path: "/api/v1/users/{id:user:bob}/disable", auth: "admin", ok: 200, scope: "all"},
+	{route: "POST /api/v1/users/:id/enable", path: "/api/v1/users/{id:user:carol}/enable", auth: "admin", ok: 200, scope: "all"},
+	{route: "PUT /api/v1/users/:id/role", path: "/api/v1/users/{id:user:dave}/role", body: `{"role":"editor"}`, auth: "admin", ok: 200, scope: "all"},
+	{route: "PUT /api/v1/users/:id/domains", path: "/api/v1/users/{id:user:dave}/domains", body: `{"domains":["api"]}`, auth: "admin", ok: 200, scope: "all"},
+	{route: "PUT /api/v1/users/:id/password", path: "/api/v1/users/{id:user:erin}/password", body: `{"password":"password9"}`, auth: "admin", ok: 200, scope: "all"},
+	{route: "GET /api/v1/users/:id/sessions", path: "/api/v1/users/{id:user:bob}/sessions", auth: "admin", ok: 200, scope: "all"},
+	{route: "DELETE /api/v1/users/:id/sessions", path: "/api/v1/users/{id:user:bob}/sessions", auth: "admin", ok: 200, scope: "all"},
+	// No such session: an allowed caller is told so.
+	{route: "DELETE /api/v1/users/:id/sessions/:sid", path: "/api/v1/users/{id:user:bob}/sessions/999999", auth: "admin", ok: 404, scope: "all"},
 	{route: "GET /api/v1/tokens", path: "/api/v1/tokens", auth: "admin", ok: 200},
 	{route: "POST /api/v1/tokens", path: "/api/v1/tokens", body: `{"name":"t-{cred}","role":"viewer"}`, auth: "admin", ok: 201},
-	{route: "POST /api/v1/tokens/:id/disable", path: "/api/v1/tokens/{id:token:victim1}/disable", auth: "admin", ok: 200},
-	{route: "POST /api/v1/tokens/:id/rotate", path: "/api/v1/tokens/{id:token:victim2}/rotate", auth: "admin", ok: 200},
+	{route: "POST /api/v1/tokens/:id/disable", path: "/api/v1/tokens/{id:token:victim1}/disable", auth: "admin", ok: 200, scope: "all"},
+	{route: "POST /api/v1/tokens/:id/rotate", path: "/api/v1/tokens/{id:token:victim2}/rotate", auth: "admin", ok: 200, scope: "all"},
+	{route: "PUT /api/v1/tokens/:id/owner", path: "/api/v1/tokens/{id:token:victim2}/owner", body: `{"owner":"admin2"}`, auth: "admin", ok: 200, scope: "all"},
 	{route: "GET /api/v1/nodes", path: "/api/v1/nodes", auth: "viewer", ok: 200},
 	// A plain GET is not a websocket handshake: the node is let in and told so.
 	{route: "GET /api/v1/nodes/stream", path: "/api/v1/nodes/stream", auth: "node", ok: 426},
@@ -313,18 +372,18 @@ var scenarios = []scenario{
 	{route: "POST /api/v1/inspect", path: "/api/v1/inspect",
 		body: `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"{cred}"}]}]}`, auth: "viewer", ok: 200},
 	{route: "POST /api/v1/inspect/reset", path: "/api/v1/inspect/reset",
-		body: `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"{cred}"}]}],"message":"m"}`, auth: "support", ok: 200},
-	{route: "GET /api/v1/alerts", path: "/api/v1/alerts", auth: "admin", ok: 200},
-	{route: "PUT /api/v1/alerts", path: "/api/v1/alerts", body: `{"webhooks":[],"spike_defaults":{"floor_per_s":5,"factor":5,"for_s":3},"domains":{"api":{"mask_values":true}}}`, auth: "admin", ok: 200},
+		body: `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"{cred}"}]}],"message":"m"}`, auth: "support", ok: 200, scope: "domain"},
+	{route: "GET /api/v1/alerts", path: "/api/v1/alerts", auth: "admin", ok: 200, scope: "all"},
+	{route: "PUT /api/v1/alerts", path: "/api/v1/alerts", body: `{"webhooks":[],"spike_defaults":{"floor_per_s":5,"factor":5,"for_s":3},"domains":{"api":{"mask_values":true}}}`, auth: "admin", ok: 200, scope: "all"},
 	// No webhook is configured: nothing to test.
-	{route: "POST /api/v1/alerts/test", path: "/api/v1/alerts/test", auth: "admin", ok: 409},
+	{route: "POST /api/v1/alerts/test", path: "/api/v1/alerts/test", auth: "admin", ok: 409, scope: "all"},
 	{route: "GET /api/v1/overrides", path: "/api/v1/overrides?domain=api", auth: "viewer", ok: 200},
 	{route: "POST /api/v1/overrides", path: "/api/v1/overrides",
 		body: `{"domain":"api","entries":[{"key":"api_key","value":"ov-{cred}"}],"rate_limit":{"unit":"hour","requests_per_unit":8},"expires_at":"` +
 			time.Now().Add(48*time.Hour).UTC().Format(time.RFC3339) + `","message":"ticket 42"}`,
-		auth: "support", ok: 201},
+		auth: "support", ok: 201, scope: "domain"},
 	{route: "GET /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-editor}", auth: "viewer", ok: 200},
-	{route: "DELETE /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-{cred}}", body: `{"message":"done"}`, auth: "support", ok: 200},
+	{route: "DELETE /api/v1/overrides/:id", path: "/api/v1/overrides/{id:override-{cred}}", body: `{"message":"done"}`, auth: "support", ok: 200, scope: "domain"},
 }
 
 // seedScenarios creates what the scenarios act on.
@@ -363,7 +422,7 @@ func (f *fixture) seedScenarios(t *testing.T) {
 	if _, err := f.store.SetUserDisabled(ctx, f.ids["user:carol"], true, sys); err != nil {
 		t.Fatal(err)
 	}
-	for _, who := range []string{"support", "editor", "admin"} {
+	for _, who := range []string{"support", "editor", "admin", "ssupport", "seditor", "sadmin"} {
 		id, _, err := f.store.CreateOverride(ctx, store.OverrideSpec{Domain: "api", Entries: []rules.Entry{{Key: "api_key", Value: "seed-" + who}},
 			RateLimit: store.OverrideRate{Unit: "hour", RequestsPerUnit: 8}, ExpiresAt: time.Now().Add(time.Hour), Message: "m"}, sys)
 		if err != nil {
@@ -374,7 +433,7 @@ func (f *fixture) seedScenarios(t *testing.T) {
 	f.token(t, "victim1", "viewer", nil)
 	f.token(t, "victim2", "viewer", nil)
 	author := store.Actor{Name: "token:author#99", Owner: "user:someone"}
-	for _, who := range []string{"editor", "admin"} {
+	for _, who := range []string{"editor", "admin", "seditor", "sadmin"} {
 		for _, kind := range []string{"approve", "reject"} {
 			name := kind + "-" + who
 			cr, err := f.store.Propose(ctx, store.Change{Domain: name, YAML: domainYAML(name, 1), Message: "m", Actor: author})
@@ -395,6 +454,7 @@ func TestRouteAccess(t *testing.T) {
 		method, _, _ := strings.Cut(s.route, " ")
 		for _, cred := range credentials {
 			path, body := f.expand(s.path, cred), f.expand(s.body, cred)
+			f.clock.advance(time.Minute) // refills the sign-in throttle
 			status, got := f.call(t, method, path, cred, body)
 			if want := s.want(cred); status != want {
 				t.Errorf("%s %s as %q = %d %s; want %d", method, path, cred, status, excerpt(got), want)

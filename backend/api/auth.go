@@ -1,15 +1,18 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/rules"
@@ -39,18 +42,75 @@ const (
 
 // principal is who a request acts as.
 type principal struct {
-	name     string // audit actor: "user:alice" or "token:deploy#3"
-	owner    string // the person who answers for it: the user, or the token's creator
-	username string // for users
-	userID   int64  // for users
-	role     string
-	tokenID  int64  // for tokens
-	cookie   bool   // authenticated by session cookie (needs CSRF on writes)
-	csrf     string // the session's CSRF token
-	secret   string // the session secret, for logout
+	name      string      // audit actor: "user:alice" or "token:deploy#3"
+	owner     string      // the person who answers for it: the user, or the token's creator
+	username  string      // for users
+	userID    int64       // for users
+	role      string      // what it may do now (a token's effective role)
+	scope     store.Scope // the domains role holds for
+	readOnly  bool        // a read-only token: GET requests only
+	expiresAt *time.Time  // a token's expiry
+	tokenID   int64       // for tokens
+	sessionID int64       // for sessions
+	cookie    bool        // authenticated by session cookie (needs CSRF on writes)
+	csrf      string      // the session's CSRF token
+	secret    string      // the session's or token's secret: for logout, and checked again by open streams
 }
 
-var roleRank = map[string]int{store.RoleViewer: 1, store.RoleSupport: 2, store.RoleEditor: 3, store.RoleAdmin: 4}
+// tokenPrincipal is who a request with tok acts as: the token, for its
+// owner, with what the owner holds now (store.Token).
+func tokenPrincipal(tok store.Token, secret string) *principal {
+	owner := tok.CreatedBy
+	if tok.Owner != nil {
+		owner = "user:" + *tok.Owner
+	}
+	return &principal{name: "token:" + tok.Name + "#" + itoa(tok.ID), owner: owner, role: tok.EffectiveRole,
+		scope: tok.Scope, readOnly: tok.ReadOnly, expiresAt: tok.ExpiresAt, tokenID: tok.ID, secret: secret}
+}
+
+// sessionPrincipal is who a request with a session cookie acts as.
+func sessionPrincipal(sess store.Session, secret string) *principal {
+	name := "user:" + sess.User.Username
+	return &principal{name: name, owner: name, username: sess.User.Username, userID: sess.User.ID,
+		role: sess.User.Role, scope: sess.User.Scope(), cookie: true, csrf: sess.CSRFToken, secret: secret, sessionID: sess.ID}
+}
+
+var roleRank = store.RoleRank
+
+// stillValid is the check an open stream repeats (hub.Check): the
+// credential p signed in with must still work and hold what it held, or
+// the stream ends and the client reconnects with what it holds now.
+func (a *API) stillValid(p *principal) hub.Check {
+	return func(ctx context.Context) string {
+		var (
+			now *principal
+			err error
+		)
+		switch {
+		case p.cookie:
+			var sess store.Session
+			if sess, err = a.store.CheckSession(ctx, p.secret); err == nil {
+				now = sessionPrincipal(sess, p.secret)
+			}
+		case p.tokenID != 0:
+			var tok store.Token
+			if tok, err = a.store.FindToken(ctx, p.secret); err == nil {
+				now = tokenPrincipal(tok, p.secret)
+			}
+		default:
+			return ""
+		}
+		switch {
+		case isNotFound(err):
+			return "credentials revoked or expired: sign in again"
+		case err != nil:
+			return "" // cannot tell; the next check decides
+		case now.role != p.role || !slices.Equal(now.scope.Domains, p.scope.Domains) || now.scope.All != p.scope.All:
+			return "your role or domains changed: reconnect"
+		}
+		return ""
+	}
+}
 
 func caller(c *gin.Context) *principal {
 	p, _ := c.Get("principal")
@@ -217,7 +277,11 @@ func (a *API) logout(c *gin.Context) error {
 
 func (a *API) me(c *gin.Context) error {
 	p := caller(c)
-	body := gin.H{"name": p.name, "role": p.role}
+	domains := p.scope.Domains
+	if domains == nil {
+		domains = []string{}
+	}
+	body := gin.H{"name": p.name, "role": p.role, "domains": domains, "all_domains": p.scope.All, "read_only": p.readOnly}
 	if p.username != "" {
 		body["username"] = p.username
 		body["id"] = p.userID

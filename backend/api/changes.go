@@ -31,6 +31,9 @@ func (a *API) createChange(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := a.requireDomains(c, req.Domain); err != nil {
+		return err
+	}
 	ch := store.Change{Kind: store.KindPublish, Domain: req.Domain, YAML: req.YAML, BaseVersion: req.BaseVersion,
 		Message: msg, Actor: a.actor(c)}
 	if req.Delete {
@@ -163,6 +166,10 @@ func (a *API) approveChange(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	// The approver holds editor on every domain the change touches.
+	if err := a.requireChange(c, proposed(cr)); err != nil {
+		return err
+	}
 	// The YAML was valid when proposed; check again in case this binary's
 	// rules are stricter than the one that accepted it.
 	if cr.Kind == store.KindPublish || cr.Kind == store.KindRuleset {
@@ -193,7 +200,14 @@ func (a *API) rejectChange(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	cr, err := a.store.Reject(c.Request.Context(), id, a.actor(c), msg)
+	cr, err := a.store.FindChange(c.Request.Context(), id)
+	if err != nil {
+		return err
+	}
+	if err := a.requireChange(c, proposed(cr)); err != nil {
+		return err
+	}
+	cr, err = a.store.Reject(c.Request.Context(), id, a.actor(c), msg)
 	if err != nil {
 		return err
 	}

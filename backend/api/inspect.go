@@ -218,8 +218,11 @@ func (a *API) resetCounters(c *gin.Context) error {
 	if err != nil {
 		return a.engineError(c, req.Domain, err)
 	}
-	// Domain-scoped roles: the check that the caller may write req.Domain
-	// belongs here, before any counter is touched.
+	// A role held for some domains only resets counters in those, checked
+	// before any counter is touched.
+	if err := a.requireDomains(c, req.Domain); err != nil {
+		return err
+	}
 	var limits []resetLimit
 	for _, l := range ins.Limits {
 		if l.Counted() {

@@ -132,7 +132,7 @@ func (a *API) authenticate(c *gin.Context) {
 			a.fail(c, unauthorized(err))
 			return
 		}
-		c.Set("principal", &principal{name: "token:" + tok.Name + "#" + itoa(tok.ID), owner: tok.CreatedBy, role: tok.Role, tokenID: tok.ID})
+		c.Set("principal", tokenPrincipal(tok, secret))
 		c.Next()
 		return
 	}
@@ -140,9 +140,7 @@ func (a *API) authenticate(c *gin.Context) {
 		sess, err := a.store.FindSession(c.Request.Context(), secret)
 		switch {
 		case err == nil:
-			name := "user:" + sess.User.Username
-			c.Set("principal", &principal{name: name, owner: name, username: sess.User.Username, userID: sess.User.ID,
-				role: sess.User.Role, cookie: true, csrf: sess.CSRFToken, secret: secret})
+			c.Set("principal", sessionPrincipal(sess, secret))
 		case !isNotFound(err):
 			a.fail(c, err)
 			return
@@ -160,8 +158,18 @@ func unauthorized(err error) error {
 
 // require lets the request through when the caller has at least role.
 // The node role is separate: it reaches only node endpoints. Cookie-
-// authenticated writes must carry the session's CSRF token.
-func (a *API) require(role string) gin.HandlerFunc {
+// authenticated writes must carry the session's CSRF token, and read-only
+// tokens make GET requests only. Domain grants are checked by the handlers
+// (requireDomains), except by requireAll.
+func (a *API) require(role string) gin.HandlerFunc { return a.requireRole(role, false) }
+
+// requireAll is require for a role that must hold for every domain: the
+// console-wide settings and the management of users and other people's
+// tokens, which an admin of some domains could otherwise use to widen
+// their own grants.
+func (a *API) requireAll(role string) gin.HandlerFunc { return a.requireRole(role, true) }
+
+func (a *API) requireRole(role string, all bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		p := caller(c)
 		if p == nil {
@@ -174,6 +182,15 @@ func (a *API) require(role string) gin.HandlerFunc {
 		}
 		if !allowed {
 			a.fail(c, httpError(http.StatusForbidden, "forbidden", "your role ("+p.role+") cannot do this"))
+			return
+		}
+		if all && !p.scope.All {
+			a.fail(c, httpError(http.StatusForbidden, "domain_forbidden",
+				"your role ("+p.role+") holds for "+p.scope.String()+" only; this needs it for every domain"))
+			return
+		}
+		if p.readOnly && isWrite(c.Request.Method) {
+			a.fail(c, httpError(http.StatusForbidden, "read_only", "this token is read-only: it makes GET requests only"))
 			return
 		}
 		if p.cookie && isWrite(c.Request.Method) {

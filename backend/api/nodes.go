@@ -50,7 +50,8 @@ func (a *API) listNodes(c *gin.Context) error {
 // nodeStream is the enforcers' subscription websocket; the node token was
 // checked before the upgrade, and the hub binds it to the hello's node id.
 func (a *API) nodeStream(c *gin.Context) {
-	a.hub.Serve(c.Writer, c.Request, caller(c).tokenID, a.actor(c))
+	p := caller(c)
+	a.hub.Serve(c.Writer, c.Request, p.tokenID, p.secret, a.actor(c))
 }
 
 // versionView is a version with how many of the connected nodes run it.

@@ -91,7 +91,7 @@ func (a *API) mayOverride(c *gin.Context, domain string) error {
 	if p := caller(c); p == nil || roleRank[p.role] < roleRank[store.RoleSupport] {
 		return httpError(http.StatusForbidden, "forbidden", "overrides need the support role or higher")
 	}
-	return nil
+	return a.requireDomains(c, domain)
 }
 
 // createOverride publishes a temporary override, or proposes it (202) when

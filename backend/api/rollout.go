@@ -42,6 +42,15 @@ func (a *API) promote(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	// Promoting sends n's changes to every node: the caller must hold
+	// every domain n changed.
+	v, err := a.store.FindVersion(c.Request.Context(), n)
+	if err != nil {
+		return err
+	}
+	if err := a.requireDomains(c, v.Domains...); err != nil {
+		return err
+	}
 	if err := a.store.Promote(c.Request.Context(), n, msg, a.actor(c)); err != nil {
 		return err
 	}

@@ -226,6 +226,9 @@ func (a *API) submit(c *gin.Context, ch store.Change) error {
 	if ch.BreakGlass != "" && caller(c).role != store.RoleAdmin {
 		return httpError(http.StatusForbidden, "forbidden", "only admins may break glass")
 	}
+	if err := a.requireChange(c, ch); err != nil {
+		return err
+	}
 	ch.Actor = a.actor(c)
 	v, err := a.store.Publish(c.Request.Context(), ch)
 	if errors.Is(err, store.ErrApprovalRequired) {
@@ -336,6 +339,10 @@ func (a *API) listAudit(c *gin.Context) error {
 	events, next, err := a.store.ListAudit(c.Request.Context(), f)
 	if err != nil {
 		return err
+	}
+	redact := redactFor(c)
+	for i := range events {
+		events[i] = redact(events[i])
 	}
 	c.JSON(http.StatusOK, gin.H{"events": events, "next_cursor": nextCursor(next)})
 	return nil

@@ -18,7 +18,9 @@ func (a *API) getSettings(c *gin.Context) error {
 }
 
 type settingsRequest struct {
-	RequireApproval *bool `json:"require_approval"`
+	RequireApproval  *bool `json:"require_approval"`
+	SessionIdleS     *int  `json:"session_idle_s"`
+	SessionAbsoluteS *int  `json:"session_absolute_s"`
 }
 
 func (a *API) putSettings(c *gin.Context) error {
@@ -26,10 +28,11 @@ func (a *API) putSettings(c *gin.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	if req.RequireApproval == nil {
-		return badRequest("require_approval is required")
+	if req.RequireApproval == nil && req.SessionIdleS == nil && req.SessionAbsoluteS == nil {
+		return badRequest("give require_approval, session_idle_s or session_absolute_s")
 	}
-	s, err := a.store.UpdateSettings(c.Request.Context(), store.SettingsUpdate{RequireApproval: req.RequireApproval}, a.actor(c))
+	s, err := a.store.UpdateSettings(c.Request.Context(), store.SettingsUpdate{RequireApproval: req.RequireApproval,
+		SessionIdleS: req.SessionIdleS, SessionAbsoluteS: req.SessionAbsoluteS}, a.actor(c))
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func (a *API) statsSettings(c *gin.Context) error {
 
 func (a *API) statsStream(c *gin.Context) {
 	sub := a.stats.Subscribe(c.Query("domain"), masked(c))
-	hub.ServeStream(c.Request.Context(), c.Writer, c.Request, sub)
+	hub.ServeStream(c.Request.Context(), c.Writer, c.Request, sub, a.stillValid(caller(c)))
 }
 
 // alertsView is GET /api/v1/alerts: the settings with their defaults and

@@ -47,9 +47,10 @@ func (a *API) listUsers(c *gin.Context) error {
 }
 
 type userCreateRequest struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
-	Role     string `json:"role"`
+	Username string   `json:"username"`
+	Password string   `json:"password"`
+	Role     string   `json:"role"`
+	Domains  []string `json:"domains"` // empty: every domain
 }
 
 func (a *API) createUser(c *gin.Context) error {
@@ -66,7 +67,7 @@ func (a *API) createUser(c *gin.Context) error {
 	if err := checkPassword(req.Password); err != nil {
 		return err
 	}
-	u, err := a.store.CreateUser(c.Request.Context(), req.Username, req.Password, req.Role, a.actor(c))
+	u, err := a.store.CreateGrantedUser(c.Request.Context(), req.Username, req.Password, req.Role, req.Domains, a.actor(c))
 	if err != nil {
 		return err
 	}
@@ -136,6 +137,32 @@ func (a *API) resetPassword(c *gin.Context) error {
 		return err
 	}
 	u, err := a.store.ResetPassword(c.Request.Context(), id, req.Password, a.actor(c))
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, u)
+	return nil
+}
+
+type domainsRequest struct {
+	Domains []string `json:"domains"`
+}
+
+// setUserDomains changes the domains a user's role holds for ([]: every
+// domain).
+func (a *API) setUserDomains(c *gin.Context) error {
+	id, err := pathInt(c, "id")
+	if err != nil {
+		return err
+	}
+	var req domainsRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	if req.Domains == nil {
+		return badRequest("domains is required ([] for every domain)")
+	}
+	u, err := a.store.SetUserDomains(c.Request.Context(), id, req.Domains, a.actor(c))
 	if err != nil {
 		return err
 	}

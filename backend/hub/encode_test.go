@@ -37,12 +37,12 @@ func TestSnapshotEncodedOncePerVersion(t *testing.T) {
 	go func() { done <- h.Run(ctx) }()
 	// Each connection gets a node token of its own: a token is bound to one node id.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, _, err := st.CreateToken(r.Context(), "node", store.RoleNode, nil, store.Actor{Name: "t"})
+		tok, secret, err := st.CreateToken(r.Context(), "node", store.RoleNode, nil, store.Actor{Name: "t"})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		h.Serve(w, r, tok.ID, store.Actor{Name: "token:node"})
+		h.Serve(w, r, tok.ID, secret, store.Actor{Name: "token:node"})
 	}))
 	t.Cleanup(func() {
 		cancel()

@@ -87,6 +87,11 @@ import (
 var (
 	writeTimeout = 10 * time.Second
 	pingInterval = 15 * time.Second
+	// recheckEvery is how often the node tokens of open connections are
+	// checked again: a token disabled, rotated or expired, or whose owner
+	// lost it (store.FindToken), ends its connection within this time, and
+	// before any snapshot pushed later (Notify checks first).
+	recheckEvery = 2 * time.Second
 )
 
 // Tunables of the push channel.
@@ -145,7 +150,7 @@ type Hub struct {
 
 	encodes atomic.Int64 // snapshots serialized, for tests
 
-	pingInterval, writeTimeout time.Duration // see the variables
+	pingInterval, writeTimeout, recheckEvery time.Duration // see the variables
 
 	decodes      chan *decodeJob // to the decoders Run starts
 	decoding     atomic.Bool     // Run started the decoders
@@ -203,7 +208,7 @@ func New(st *store.Store, log *slog.Logger) *Hub {
 	return &Hub{
 		store: st, log: log, id: cmp.Or(host, "console") + "-" + hex.EncodeToString(b),
 		conns: make(map[string]*conn), kick: make(chan struct{}, 1), cache: make(map[int64]*encoded),
-		pingInterval: pingInterval, writeTimeout: writeTimeout, decodes: make(chan *decodeJob),
+		pingInterval: pingInterval, writeTimeout: writeTimeout, recheckEvery: recheckEvery, decodes: make(chan *decodeJob),
 		decodersStop: make(chan struct{}), catalogs: make(map[int64]*catalogEntry), metrics: newMetrics(),
 		logBudgets: make(map[string]*logBudget),
 	}
@@ -230,6 +235,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	bg.Go(func() { h.listen(ctx) })
 	bg.Go(func() { h.watchRollouts(ctx) })
 	bg.Go(func() { h.expireOverrides(ctx) })
+	bg.Go(func() { h.recheckLoop(ctx) })
 	// The decoders outlive the connections: they stop after the last
 	// read loop ended.
 	for range runtime.GOMAXPROCS(0) {
@@ -407,10 +413,11 @@ func (h *Hub) changed() {
 
 // conn is one node connection.
 type conn struct {
-	token  int64 // the node token's id
-	ws     *websocket.Conn
-	out    *joinWriter       // under ws's write buffer
-	labels map[string]string // from hello; never changed
+	ws      *websocket.Conn
+	out     *joinWriter       // under ws's write buffer
+	tokenID int64             // the node token it authenticated with
+	secret  string            // and that token's secret, checked again (recheck)
+	labels  map[string]string // from hello; never changed
 	// sent is the newest version offered to (or already held by) the node;
 	// a version is never offered twice on one connection, so a nacked
 	// version is not pushed again in a loop.
@@ -483,12 +490,13 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 // is safe.
 func (c *conn) row() store.Node { return c.node }
 
-// Serve upgrades a request authenticated by node token tokenID (as actor)
+// Serve upgrades a request authenticated by node token tokenID with secret
+// (as actor)
 // to a node stream and returns; the stream runs in its own goroutine until
 // the node goes away, the node is dropped or the hub stops (Run waits for
 // it). The token is bound to the first node id it says hello with and
 // refused for any other (store.ClaimNode).
-func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor store.Actor) {
+func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, secret string, actor store.Actor) {
 	h.mu.Lock()
 	stopped := h.stopped
 	if !stopped {
@@ -512,7 +520,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, actor
 	// The connection outlives the handler: a fresh goroutine holds a
 	// shallow stack instead of the HTTP server's and the router's frames,
 	// and the request (headers, router context) can be collected.
-	go h.serve(ws, sb.out, r.RemoteAddr, tokenID, actor)
+	go h.serve(ws, sb.out, r.RemoteAddr, tokenID, secret, actor)
 }
 
 // Buffer sizes of a node connection, held for its life. Node messages
@@ -661,9 +669,9 @@ func (r *aheadReader) Read(p []byte) (int, error) {
 }
 
 // serve runs one accepted node stream until it closes.
-func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, addr string, tokenID int64, actor store.Actor) {
+func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, addr string, tokenID int64, secret string, actor store.Actor) {
 	wctx, stopWriter := context.WithCancel(context.Background())
-	c := &conn{ws: ws, out: out, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{}), token: tokenID}
+	c := &conn{ws: ws, out: out, tokenID: tokenID, secret: secret, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
 	// Armed before anyone else sees c; the first ping comes after the
 	// hello deadline.
 	c.pinger = time.AfterFunc(h.pingInterval, func() { h.ping(c) })
@@ -696,7 +704,7 @@ func (h *Hub) finish(c *conn, addr string, err error) {
 	<-c.closed
 	switch {
 	case c.node.ID == "":
-		h.nodeLog(tokenKey(c.token), slog.LevelWarn, "node refused", "address", addr, "error", err)
+		h.nodeLog(tokenKey(c.tokenID), slog.LevelWarn, "node refused", "address", addr, "error", err)
 	case err == nil:
 		h.nodeLog(c.node.ID, slog.LevelInfo, "node disconnected", "node_id", c.node.ID)
 	default:
@@ -716,8 +724,21 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	}
 	// Before register: a token bound to another node id must not replace
 	// (and so kick off) the connection of the node that has this id.
-	if err := h.claim(tokenID, hello.NodeID, actor); err != nil {
+	fleet, err := h.claim(tokenID, hello.NodeID, actor)
+	if err != nil {
 		return err
+	}
+	if fleet { // connected to another replica?
+		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+		live, err := h.store.NodeLive(ctx, hello.NodeID, h.id, time.Now().Add(-StaleAfter))
+		cancel()
+		if err != nil {
+			h.log.Error("check fleet node id", "node_id", hello.NodeID, "error", err)
+			return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node id"}
+		}
+		if live {
+			return duplicateNode(hello.NodeID)
+		}
 	}
 	// What the node runs decides what its reports may name.
 	cctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
@@ -740,10 +761,15 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	c.sent.Store(hello.AppliedVersion)
 
 	// Register before reading the latest version, so that a version
-	// published meanwhile is offered by Notify if not by us.
-	if !h.register(c) {
+	// published meanwhile is offered by Notify if not by us. A fleet
+	// token's node never replaces a connected node of the same id.
+	switch h.register(c, fleet) {
+	case registerStopped:
 		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
+	case registerDuplicate:
+		return duplicateNode(hello.NodeID)
 	}
+
 	registered := h.gen.Load()
 	h.nodeLog(hello.NodeID, slog.LevelInfo, "node connected", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion,
 		"address", addr, "build", hello.Build)
@@ -780,20 +806,25 @@ func (h *Hub) planSince(ctx context.Context, gen uint64) (*plan, error) {
 	return h.latest(ctx)
 }
 
-// claim binds the node token to nodeID (see store.ClaimNode).
-func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) error {
+// claim binds the node token to nodeID (see store.ClaimNode); fleet is
+// true for a fleet token, which is never bound.
+func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) (fleet bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	defer cancel()
-	err := h.store.ClaimNode(ctx, tokenID, nodeID, actor)
+	fleet, err = h.store.ClaimNode(ctx, tokenID, nodeID, actor)
 	var nb *store.NodeBoundError
 	switch {
 	case errors.As(err, &nb):
-		return closeError{code: wire.CloseNodeBound, reason: nb.Error()}
+		return fleet, closeError{code: wire.CloseNodeBound, reason: nb.Error()}
 	case err != nil:
 		h.log.Error("bind node token", "node_id", nodeID, "error", err)
-		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
+		return fleet, closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
 	}
-	return nil
+	return fleet, nil
+}
+
+func duplicateNode(id string) closeError {
+	return closeError{code: wire.CloseDuplicateNode, reason: fmt.Sprintf("node id %q is connected already; node ids must be unique", id)}
 }
 
 // readHello reads and checks the first message.
@@ -830,20 +861,32 @@ func newSession() string {
 	return hex.EncodeToString(b)
 }
 
+// What register did.
+const (
+	registered = iota
+	registerStopped
+	registerDuplicate
+)
+
 // register adds c to the hub, replacing (and closing) an older connection
-// of the same node. It returns false when the hub is shutting down.
-func (h *Hub) register(c *conn) bool {
+// of the same node, or, when exclusive (a fleet token's node), refusing c
+// if the node id is connected. It refuses every node once the hub is
+// shutting down.
+func (h *Hub) register(c *conn, exclusive bool) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped {
-		return false
+		return registerStopped
 	}
 	if old := h.conns[c.node.ID]; old != nil {
+		if exclusive {
+			return registerDuplicate
+		}
 		old.drop(wire.CloseReplaced, "replaced by a newer connection of the same node")
 	}
 	h.conns[c.node.ID] = c
 	h.changed()
-	return true
+	return registered
 }
 
 // unregister removes c and queues its final row, unless a newer
@@ -1316,6 +1359,11 @@ func (h *Hub) inCanary(c *conn, intervalMS int64, now time.Time) bool {
 // (the latest, or per its labels while a rollout is staged) unless it has
 // it, was sent it, or runs something newer. It never waits on a node.
 func (h *Hub) Notify(ctx context.Context) error {
+	// A node whose token was revoked since the last check gets nothing
+	// more.
+	if err := h.recheck(ctx); err != nil {
+		return err
+	}
 	p, err := h.latest(ctx)
 	if err != nil {
 		return err
@@ -1333,6 +1381,56 @@ func (h *Hub) Notify(ctx context.Context) error {
 			// ten thousand started at once would each hold a goroutine
 			// descriptor, which the runtime keeps for good.
 			runtime.Gosched()
+		}
+	}
+	return nil
+}
+
+// recheckLoop checks the tokens of the open connections every
+// recheckEvery until ctx ends.
+func (h *Hub) recheckLoop(ctx context.Context) {
+	tick := time.NewTicker(h.recheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := h.recheck(ctx); err != nil && ctx.Err() == nil {
+				h.log.Warn("check node tokens", "error", err)
+			}
+		}
+	}
+}
+
+// recheck closes, with wire.CloseRevoked, every connection whose node
+// token stopped working. One query covers every connection of the replica.
+func (h *Hub) recheck(ctx context.Context) error {
+	h.mu.Lock()
+	conns := make([]*conn, 0, len(h.conns))
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	if len(conns) == 0 {
+		return nil
+	}
+	secrets := make([]string, 0, len(conns))
+	seen := make(map[string]bool, len(conns))
+	for _, c := range conns {
+		if !seen[c.secret] {
+			seen[c.secret] = true
+			secrets = append(secrets, c.secret)
+		}
+	}
+	live, err := h.store.LiveTokens(ctx, secrets)
+	if err != nil {
+		return err
+	}
+	for _, c := range conns {
+		if t, ok := live[c.secret]; !ok || t.EffectiveRole != store.RoleNode {
+			h.log.Info("node token revoked; closing its connection", "node_id", c.node.ID, "token_id", c.tokenID)
+			c.drop(wire.CloseRevoked, "node token revoked")
 		}
 	}
 	return nil

@@ -13,22 +13,29 @@ import (
 type Settings struct {
 	// RequireApproval turns publishes into change requests that another
 	// editor must approve (four-eyes).
-	RequireApproval bool      `json:"require_approval"`
-	UpdatedAt       time.Time `json:"updated_at"`
-	UpdatedBy       string    `json:"updated_by"`
+	RequireApproval bool `json:"require_approval"`
+	// SessionIdleS and SessionAbsoluteS are the session lifetimes in
+	// seconds: since the last request, and since sign-in.
+	SessionIdleS     int       `json:"session_idle_s"`
+	SessionAbsoluteS int       `json:"session_absolute_s"`
+	UpdatedAt        time.Time `json:"updated_at"`
+	UpdatedBy        string    `json:"updated_by"`
 }
 
 type settingsRow struct {
-	ID              bool `gorm:"primaryKey"`
-	RequireApproval bool
-	UpdatedAt       time.Time
-	UpdatedBy       string
+	ID               bool `gorm:"primaryKey"`
+	RequireApproval  bool
+	SessionIdleS     int `gorm:"column:session_idle_s"`
+	SessionAbsoluteS int `gorm:"column:session_absolute_s"`
+	UpdatedAt        time.Time
+	UpdatedBy        string
 }
 
 func (settingsRow) TableName() string { return "settings" }
 
 func (r settingsRow) settings() Settings {
-	return Settings{RequireApproval: r.RequireApproval, UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
+	return Settings{RequireApproval: r.RequireApproval, SessionIdleS: r.SessionIdleS, SessionAbsoluteS: r.SessionAbsoluteS,
+		UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
 }
 
 // FindSettings returns the current settings.
@@ -42,7 +49,9 @@ func (s *Store) FindSettings(ctx context.Context) (Settings, error) {
 
 // SettingsUpdate changes some settings; nil fields stay as they are.
 type SettingsUpdate struct {
-	RequireApproval *bool
+	RequireApproval  *bool
+	SessionIdleS     *int
+	SessionAbsoluteS *int
 }
 
 // UpdateSettings applies u and audits the change (before and after) in the
@@ -58,16 +67,28 @@ func (s *Store) UpdateSettings(ctx context.Context, u SettingsUpdate, actor Acto
 		if u.RequireApproval != nil {
 			row.RequireApproval = *u.RequireApproval
 		}
+		for _, v := range []*int{u.SessionIdleS, u.SessionAbsoluteS} {
+			if v != nil && (time.Duration(*v)*time.Second < MinSessionLifetime || time.Duration(*v)*time.Second > SessionAbsolute) {
+				return &InvalidError{Reason: fmt.Sprintf("session lifetimes are %d to %d seconds", int(MinSessionLifetime.Seconds()), int(SessionAbsolute.Seconds()))}
+			}
+		}
+		if u.SessionIdleS != nil {
+			row.SessionIdleS = *u.SessionIdleS
+		}
+		if u.SessionAbsoluteS != nil {
+			row.SessionAbsoluteS = *u.SessionAbsoluteS
+		}
 		row.UpdatedAt, row.UpdatedBy = time.Now().UTC(), actor.Name
 		err := tx.Model(&settingsRow{}).Where("id").Updates(map[string]any{
-			"require_approval": row.RequireApproval, "updated_at": row.UpdatedAt, "updated_by": row.UpdatedBy,
+			"require_approval": row.RequireApproval, "session_idle_s": row.SessionIdleS, "session_absolute_s": row.SessionAbsoluteS,
+			"updated_at": row.UpdatedAt, "updated_by": row.UpdatedBy,
 		}).Error
 		if err != nil {
 			return fmt.Errorf("write settings: %w", err)
 		}
 		return appendAudit(tx, actor, "settings.update", "settings", "",
-			map[string]any{"require_approval": before.RequireApproval},
-			map[string]any{"require_approval": row.RequireApproval})
+			map[string]any{"require_approval": before.RequireApproval, "session_idle_s": before.SessionIdleS, "session_absolute_s": before.SessionAbsoluteS},
+			map[string]any{"require_approval": row.RequireApproval, "session_idle_s": row.SessionIdleS, "session_absolute_s": row.SessionAbsoluteS})
 	})
 	if err != nil {
 		return Settings{}, fmt.Errorf("update settings: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -22,7 +23,13 @@ type User struct {
 	Disabled          bool       `json:"disabled"`
 	CreatedAt         time.Time  `json:"created_at"`
 	PasswordChangedAt *time.Time `json:"password_changed_at"`
+	// Domains are the domains the role holds for; empty means every
+	// domain.
+	Domains []string `json:"domains"`
 }
+
+// Scope is the domains the user's role holds for.
+func (u User) Scope() Scope { return ScopeOf(u.Domains) }
 
 type userRow struct {
 	ID                int64 `gorm:"primaryKey"`
@@ -32,12 +39,18 @@ type userRow struct {
 	Disabled          bool
 	CreatedAt         time.Time
 	PasswordChangedAt *time.Time
+	Domains           domainList `gorm:"type:text[]"`
 }
 
 func (userRow) TableName() string { return "users" }
 
 func (r userRow) user() User {
-	return User{ID: r.ID, Username: r.Username, Role: r.Role, Disabled: r.Disabled, CreatedAt: r.CreatedAt, PasswordChangedAt: r.PasswordChangedAt}
+	u := User{ID: r.ID, Username: r.Username, Role: r.Role, Disabled: r.Disabled, CreatedAt: r.CreatedAt,
+		PasswordChangedAt: r.PasswordChangedAt, Domains: []string(r.Domains)}
+	if u.Domains == nil {
+		u.Domains = []string{}
+	}
+	return u
 }
 
 func userRole(role string) error {
@@ -74,16 +87,29 @@ func (s *Store) CountUsers(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// CreateUser adds a user with a bcrypt-hashed password.
+// CreateUser adds a user with a bcrypt-hashed password, whose role holds
+// for every domain.
 func (s *Store) CreateUser(ctx context.Context, username, password, role string, actor Actor) (User, error) {
+	return s.CreateGrantedUser(ctx, username, password, role, nil, actor)
+}
+
+// CreateGrantedUser is CreateUser for a role that holds for domains only
+// (empty: every domain).
+func (s *Store) CreateGrantedUser(ctx context.Context, username, password, role string, domains []string, actor Actor) (User, error) {
 	if err := userRole(role); err != nil {
+		return User{}, err
+	}
+	if err := CheckDomains(domains); err != nil {
 		return User{}, err
 	}
 	hash, err := s.hashPassword(ctx, password)
 	if err != nil {
 		return User{}, err
 	}
-	row := userRow{Username: username, PasswordHash: hash, Role: role, CreatedAt: time.Now().UTC()}
+	row := userRow{Username: username, PasswordHash: hash, Role: role, CreatedAt: time.Now().UTC(), Domains: domainList(ScopeOf(domains).Domains)}
+	if row.Domains == nil {
+		row.Domains = domainList{}
+	}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&row).Error; err != nil {
 			if errors.Is(err, gorm.ErrDuplicatedKey) {
@@ -91,7 +117,11 @@ func (s *Store) CreateUser(ctx context.Context, username, password, role string,
 			}
 			return err
 		}
-		return appendAudit(tx, actor, "user.create", userTarget(row), "", nil, map[string]any{"username": username, "role": role})
+		after := map[string]any{"username": username, "role": role}
+		if len(row.Domains) > 0 {
+			after["domains"] = []string(row.Domains)
+		}
+		return appendAudit(tx, actor, "user.create", userTarget(row), "", nil, after)
 	})
 	if err != nil {
 		return User{}, fmt.Errorf("create user: %w", err)
@@ -124,7 +154,8 @@ func (s *Store) FindUser(ctx context.Context, id int64) (User, error) {
 }
 
 // changeUser locks user id, lets edit change the row, writes it back and
-// audits it; it refuses a change that leaves no enabled admin. edit reports
+// audits it; it refuses a change that leaves no enabled admin of every
+// domain (only such an admin manages users). edit reports
 // whether anything changed and the audit action; nothing is written or
 // audited when nothing changed.
 func (s *Store) changeUser(ctx context.Context, id int64, actor Actor, edit func(r *userRow) (action string, before, after any, changed bool, err error)) (User, error) {
@@ -135,22 +166,23 @@ func (s *Store) changeUser(ctx context.Context, id int64, actor Actor, edit func
 		// others' outcome.
 		var admins []int64
 		if err := tx.Model(&userRow{}).Clauses(clause.Locking{Strength: "UPDATE"}).
-			Where("role = ? AND NOT disabled", RoleAdmin).Order("id").Pluck("id", &admins).Error; err != nil {
+			Where("role = ? AND NOT disabled AND domains = '{}'", RoleAdmin).Order("id").Pluck("id", &admins).Error; err != nil {
 			return fmt.Errorf("lock admins: %w", err)
 		}
 		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
 			return notFound(err, fmt.Sprintf("user %d", id))
 		}
-		wasAdmin := row.Role == RoleAdmin && !row.Disabled
+		wasAdmin := row.Role == RoleAdmin && !row.Disabled && len(row.Domains) == 0
 		action, before, after, changed, err := edit(&row)
 		if err != nil || !changed {
 			return err
 		}
-		if wasAdmin && (row.Role != RoleAdmin || row.Disabled) && len(admins) <= 1 {
+		if wasAdmin && (row.Role != RoleAdmin || row.Disabled || len(row.Domains) > 0) && len(admins) <= 1 {
 			return &RefusedError{Reason: "this is the last enabled admin; make another admin first"}
 		}
 		err = tx.Model(&userRow{}).Where("id = ?", id).Updates(map[string]any{
 			"role": row.Role, "disabled": row.Disabled, "password_hash": row.PasswordHash, "password_changed_at": row.PasswordChangedAt,
+			"domains": row.Domains,
 		}).Error
 		if err != nil {
 			return fmt.Errorf("write user: %w", err)
@@ -198,6 +230,30 @@ func (s *Store) SetUserRole(ctx context.Context, id int64, role string, actor Ac
 		before := r.Role
 		r.Role = role
 		return "user.role", map[string]any{"role": before}, map[string]any{"role": role}, true, nil
+	})
+}
+
+// SetUserDomains changes the domains a user's role holds for (empty: every
+// domain). Their sessions stay; the next request holds the new grants, and
+// their tokens are narrowed with them.
+func (s *Store) SetUserDomains(ctx context.Context, id int64, domains []string, actor Actor) (User, error) {
+	if err := CheckDomains(domains); err != nil {
+		return User{}, err
+	}
+	want := ScopeOf(domains).Domains
+	return s.changeUser(ctx, id, actor, func(r *userRow) (string, any, any, bool, error) {
+		before := ScopeOf(r.Domains).Domains
+		if slices.Equal(before, want) {
+			return "", nil, nil, false, nil
+		}
+		r.Domains = domainList(want)
+		if r.Domains == nil {
+			r.Domains = domainList{}
+		}
+		if before == nil {
+			before = []string{}
+		}
+		return "user.domains", map[string]any{"domains": before}, map[string]any{"domains": []string(r.Domains)}, true, nil
 	})
 }
 

@@ -440,6 +440,15 @@ func TestCtlCommands(t *testing.T) {
 		t.Fatalf("nodes:\n%s", out)
 	}
 
+	var scoped struct {
+		Domains  []string `json:"domains"`
+		ReadOnly bool     `json:"read_only"`
+	}
+	out, _ = c.mustCtl(t, 0, "tokens", "create", "api-ci", "--role", "editor", "--domains", "api, search", "--read-only", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &scoped); err != nil || strings.Join(scoped.Domains, ",") != "api,search" || !scoped.ReadOnly {
+		t.Fatalf("tokens create --domains --read-only = %+v %v\n%s", scoped, err, out)
+	}
+
 	out, _ = c.mustCtl(t, 0, "tokens", "create", "temp", "--role", "viewer")
 	secret := out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]
 	secret = strings.TrimSpace(secret)

@@ -103,8 +103,9 @@ type gw struct {
 }
 
 // newGateway serves a Gateway to up over a real listener, counting in the
-// test Redis, with the domain source yaml (webYAML when empty) applied.
-func newGateway(t *testing.T, up string, trusted []netip.Prefix, yaml string) *gw {
+// test Redis, with the domain source yaml (webYAML when empty) applied;
+// opts change the gateway's configuration.
+func newGateway(t *testing.T, up string, trusted []netip.Prefix, yaml string, opts ...func(*gateway.Config)) *gw {
 	t.Helper()
 	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
@@ -130,11 +131,15 @@ func newGateway(t *testing.T, up string, trusted []netip.Prefix, yaml string) *g
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(eng, gateway.Config{
+	cfg := gateway.Config{
 		Upstream:       u,
 		Domain:         "web",
 		TrustedProxies: trusted,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	g, err := gateway.New(eng, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

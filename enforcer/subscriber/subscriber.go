@@ -256,6 +256,14 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			s.log.ErrorContext(ctx, "console refused this node id for this node token; each node needs a token of its own",
 				"console_url", target, "node_id", s.cfg.NodeID, "error", err)
 			connected = false
+		case wire.CloseRevoked:
+			s.log.ErrorContext(ctx, "console revoked this node's token; give the node a new one",
+				"console_url", target, "node_id", s.cfg.NodeID, "error", err)
+			connected = false
+		case wire.CloseDuplicateNode:
+			s.log.ErrorContext(ctx, "another node is connected with this node id; node ids must be unique",
+				"console_url", target, "node_id", s.cfg.NodeID, "error", err)
+			connected = false
 		case wire.CloseReplaced:
 			s.log.ErrorContext(ctx, "another node connected with the same node id; node ids must be unique",
 				"console_url", target, "node_id", s.cfg.NodeID)

@@ -340,6 +340,7 @@ func (e InspectedLimitAlgorithm) Valid() bool {
 // Defines values for InspectedLimitUnit.
 const (
 	InspectedLimitUnitDay    InspectedLimitUnit = "day"
+	InspectedLimitUnitEmpty  InspectedLimitUnit = ""
 	InspectedLimitUnitHour   InspectedLimitUnit = "hour"
 	InspectedLimitUnitMinute InspectedLimitUnit = "minute"
 	InspectedLimitUnitMonth  InspectedLimitUnit = "month"
@@ -352,6 +353,8 @@ const (
 func (e InspectedLimitUnit) Valid() bool {
 	switch e {
 	case InspectedLimitUnitDay:
+		return true
+	case InspectedLimitUnitEmpty:
 		return true
 	case InspectedLimitUnitHour:
 		return true
@@ -580,6 +583,33 @@ func (e StatsViewMarkersKind) Valid() bool {
 	case StatsViewMarkersKindPublish:
 		return true
 	case StatsViewMarkersKindRollback:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TokenEffectiveRole.
+const (
+	TokenEffectiveRoleAdmin   TokenEffectiveRole = "admin"
+	TokenEffectiveRoleEditor  TokenEffectiveRole = "editor"
+	TokenEffectiveRoleNode    TokenEffectiveRole = "node"
+	TokenEffectiveRoleSupport TokenEffectiveRole = "support"
+	TokenEffectiveRoleViewer  TokenEffectiveRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the TokenEffectiveRole enum.
+func (e TokenEffectiveRole) Valid() bool {
+	switch e {
+	case TokenEffectiveRoleAdmin:
+		return true
+	case TokenEffectiveRoleEditor:
+		return true
+	case TokenEffectiveRoleNode:
+		return true
+	case TokenEffectiveRoleSupport:
+		return true
+	case TokenEffectiveRoleViewer:
 		return true
 	default:
 		return false
@@ -969,6 +999,33 @@ type AuditEvent struct {
 	UserAgent string      `json:"user_agent"`
 }
 
+// AuditStream defines model for AuditStream.
+type AuditStream struct {
+	// DeliveredID The last event the receiver acknowledged.
+	DeliveredID int64      `json:"delivered_id"`
+	Enabled     bool       `json:"enabled"`
+	LastAttempt *time.Time `json:"last_attempt"`
+	LastError   string     `json:"last_error"`
+
+	// Pending Events not yet acknowledged.
+	Pending   int64     `json:"pending"`
+	SecretSet bool      `json:"secret_set"`
+	UpdatedAt time.Time `json:"updated_at"`
+	UpdatedBy string    `json:"updated_by"`
+	URL       string    `json:"url"`
+}
+
+// AuditStreamRequest defines model for AuditStreamRequest.
+type AuditStreamRequest struct {
+	Enabled bool `json:"enabled"`
+
+	// Secret The HMAC key; absent keeps the one set.
+	Secret string `json:"secret"`
+
+	// URL An http or https URL; required to enable.
+	URL string `json:"url"`
+}
+
 // AuditVerification broken_id and reason are set when ok is false.
 type AuditVerification struct {
 	BrokenID *int64  `json:"broken_id,omitempty"`
@@ -1301,6 +1358,11 @@ type DomainSummary struct {
 	Version int64  `json:"version"`
 }
 
+// DomainsRequest defines model for DomainsRequest.
+type DomainsRequest struct {
+	Domains []string `json:"domains"`
+}
+
 // Entry defines model for Entry.
 type Entry struct {
 	Key   string `json:"key"`
@@ -1327,7 +1389,7 @@ type InspectedLimit struct {
 	Algorithm InspectedLimitAlgorithm `json:"algorithm"`
 
 	// Capacity used + remaining: the burst of a bucket, else requests_per_unit.
-	Capacity *int64 `json:"capacity,omitempty"`
+	Capacity int64 `json:"capacity"`
 
 	// Descriptor The index of the descriptor in the request.
 	Descriptor      int   `json:"descriptor"`
@@ -1339,14 +1401,14 @@ type InspectedLimit struct {
 
 	// Rule The limit's name, as in stats (rate_limit.name, else its path name).
 	Rule       string `json:"rule"`
-	ShadowMode *bool  `json:"shadow_mode,omitempty"`
+	ShadowMode bool   `json:"shadow_mode"`
 
 	// Shards The store keys the limit is counted on (summed here).
-	Shards *int `json:"shards,omitempty"`
+	Shards int `json:"shards"`
 
 	// Unit "" when unlimited.
 	Unit      InspectedLimitUnit `json:"unit"`
-	Unlimited *bool              `json:"unlimited,omitempty"`
+	Unlimited bool               `json:"unlimited"`
 	Used      int64              `json:"used"`
 }
 
@@ -1407,11 +1469,19 @@ type LoginResponse struct {
 
 // Me username and id for a user (not a token); csrf_token for a session.
 type Me struct {
-	CSRFToken *string `json:"csrf_token,omitempty"`
-	ID        *int64  `json:"id,omitempty"`
+	// AllDomains The role holds for every domain.
+	AllDomains *bool   `json:"all_domains,omitempty"`
+	CSRFToken  *string `json:"csrf_token,omitempty"`
+
+	// Domains The domains the role holds for, when all_domains is false.
+	Domains []string `json:"domains,omitempty"`
+	ID      *int64   `json:"id,omitempty"`
 
 	// Name Example: user:alice
-	Name     string  `json:"name"`
+	Name string `json:"name"`
+
+	// ReadOnly A read-only token (GET requests only).
+	ReadOnly *bool   `json:"read_only,omitempty"`
 	Role     MeRole  `json:"role"`
 	Username *string `json:"username,omitempty"`
 }
@@ -1472,16 +1542,16 @@ type Override struct {
 
 	// ChangeID The change request that approved it, if any.
 	ChangeID   *int64     `json:"change_id,omitempty"`
-	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
 	Domain     string     `json:"domain"`
 	EndMessage *string    `json:"end_message,omitempty"`
-	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	EndedAt    *time.Time `json:"ended_at"`
 
 	// EndedBy Who ended it: `system` when it expired.
 	EndedBy *string `json:"ended_by,omitempty"`
 
 	// EndedVersion The version without it, once it expired or ended.
-	EndedVersion *int64          `json:"ended_version,omitempty"`
+	EndedVersion *int64          `json:"ended_version"`
 	Entries      []OverrideEntry `json:"entries"`
 	ExpiresAt    time.Time       `json:"expires_at"`
 	ID           int64           `json:"id"`
@@ -1490,7 +1560,7 @@ type Override struct {
 	Status       OverrideStatus  `json:"status"`
 
 	// Urgent Published without approval although approval was required (break-glass).
-	Urgent *bool `json:"urgent,omitempty"`
+	Urgent bool `json:"urgent"`
 
 	// Version The version that published it.
 	Version int64 `json:"version"`
@@ -1498,6 +1568,15 @@ type Override struct {
 
 // OverrideStatus defines model for Override.Status.
 type OverrideStatus string
+
+// OverrideCreated defines model for OverrideCreated.
+type OverrideCreated struct {
+	// ID The override's id.
+	ID int64 `json:"id"`
+
+	// Version The version that published it.
+	Version int64 `json:"version"`
+}
 
 // OverrideEntry defines model for OverrideEntry.
 type OverrideEntry struct {
@@ -1689,7 +1768,7 @@ type ResetRequest struct {
 // ResetResult defines model for ResetResult.
 type ResetResult struct {
 	// Keys The store keys deleted (a counter that was never used has none).
-	Keys   *int `json:"keys,omitempty"`
+	Keys   int64 `json:"keys"`
 	Limits []struct {
 		Descriptor int    `json:"descriptor"`
 		Rule       string `json:"rule"`
@@ -1788,16 +1867,39 @@ type RulesetRequest struct {
 	Message string `json:"message"`
 }
 
-// Settings defines model for Settings.
-type Settings struct {
-	RequireApproval bool      `json:"require_approval"`
-	UpdatedAt       time.Time `json:"updated_at"`
-	UpdatedBy       string    `json:"updated_by"`
+// Session defines model for Session.
+type Session struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Current The session making this request.
+	Current bool `json:"current"`
+
+	// ExpiresAt When it ends unless used again (idle) or at the latest (absolute).
+	ExpiresAt time.Time `json:"expires_at"`
+	ID        int64     `json:"id"`
+	IP        string    `json:"ip"`
+	LastSeen  time.Time `json:"last_seen"`
+	UserAgent string    `json:"user_agent"`
 }
 
-// SettingsRequest defines model for SettingsRequest.
-type SettingsRequest struct {
+// Settings defines model for Settings.
+type Settings struct {
 	RequireApproval bool `json:"require_approval"`
+
+	// SessionAbsoluteS Seconds a session lasts after sign-in at most (default 604800).
+	SessionAbsoluteS int `json:"session_absolute_s"`
+
+	// SessionIdleS Seconds a session lasts without a request (default 43200).
+	SessionIdleS int       `json:"session_idle_s"`
+	UpdatedAt    time.Time `json:"updated_at"`
+	UpdatedBy    string    `json:"updated_by"`
+}
+
+// SettingsRequest Give at least one field; the others stay.
+type SettingsRequest struct {
+	RequireApproval  bool `json:"require_approval"`
+	SessionAbsoluteS int  `json:"session_absolute_s"`
+	SessionIdleS     int  `json:"session_idle_s"`
 }
 
 // Snapshot defines model for Snapshot.
@@ -1872,41 +1974,79 @@ type StatsViewMarkersKind string
 
 // Token defines model for Token.
 type Token struct {
-	CreatedAt time.Time  `json:"created_at"`
-	CreatedBy string     `json:"created_by"`
-	Disabled  bool       `json:"disabled"`
-	ExpiresAt *time.Time `json:"expires_at"`
-	ID        int64      `json:"id"`
-	Last4     string     `json:"last4"`
-	Name      string     `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by"`
+	Disabled  bool      `json:"disabled"`
+
+	// Domains The token's own domain grants; [] means every domain.
+	Domains []string `json:"domains"`
+
+	// EffectiveRole What the token may do now, the lower of its role and its owner's.
+	EffectiveRole TokenEffectiveRole `json:"effective_role"`
+	ExpiresAt     *time.Time         `json:"expires_at"`
+
+	// Fleet A fleet node token: never bound to one node id.
+	Fleet bool   `json:"fleet"`
+	ID    int64  `json:"id"`
+	Last4 string `json:"last4"`
+	Name  string `json:"name"`
 
 	// NodeID The node id a node token is bound to: the first one it connected with. Null until then and for other roles. Disable the token to free the id for a new token.
-	NodeID    *string    `json:"node_id"`
-	Role      TokenRole  `json:"role"`
-	RotatedAt *time.Time `json:"rotated_at"`
+	NodeID *string `json:"node_id"`
+
+	// Owner The username the token acts for (its creator until handed over); null for a token the system made.
+	Owner *string `json:"owner"`
+
+	// OwnerDisabled The owner is disabled; the token stops working unless it is a node token serving a node.
+	OwnerDisabled bool       `json:"owner_disabled"`
+	ReadOnly      bool       `json:"read_only"`
+	Role          TokenRole  `json:"role"`
+	RotatedAt     *time.Time `json:"rotated_at"`
 }
+
+// TokenEffectiveRole What the token may do now, the lower of its role and its owner's.
+type TokenEffectiveRole string
 
 // TokenRole defines model for Token.Role.
 type TokenRole string
 
 // TokenCreateRequest defines model for TokenCreateRequest.
 type TokenCreateRequest struct {
-	// ExpiresIn A Go duration like "720h"; empty = never.
-	ExpiresIn *string                `json:"expires_in,omitempty"`
-	Name      string                 `json:"name"`
-	Role      TokenCreateRequestRole `json:"role"`
+	// Domains The domains the role holds for; empty means every domain the creator holds. A token never holds more than its creator: a higher role, a domain the creator lacks or an expiry after the creating token's is refused (403 too_wide).
+	Domains []string `json:"domains,omitempty"`
+
+	// ExpiresIn A Go duration like "720h"; empty = never (or, when a token that expires creates it, that token's expiry).
+	ExpiresIn *string `json:"expires_in,omitempty"`
+
+	// Fleet Node tokens only: any node id may connect with it, but not one already connected.
+	Fleet *bool  `json:"fleet,omitempty"`
+	Name  string `json:"name"`
+
+	// ReadOnly The token makes GET requests only.
+	ReadOnly *bool                  `json:"read_only,omitempty"`
+	Role     TokenCreateRequestRole `json:"role"`
 }
 
 // TokenCreateRequestRole defines model for TokenCreateRequest.Role.
 type TokenCreateRequestRole string
 
+// TokenOwnerRequest defines model for TokenOwnerRequest.
+type TokenOwnerRequest struct {
+	// Owner The username of an enabled user.
+	Owner string `json:"owner"`
+}
+
 // TokenSecret defines model for TokenSecret.
 type TokenSecret struct {
-	ExpiresAt *time.Time `json:"expires_at"`
-	ID        int64      `json:"id"`
-	Last4     string     `json:"last4"`
-	Name      string     `json:"name"`
-	Role      string     `json:"role"`
+	Domains       []string   `json:"domains"`
+	EffectiveRole string     `json:"effective_role"`
+	ExpiresAt     *time.Time `json:"expires_at"`
+	Fleet         bool       `json:"fleet"`
+	ID            int64      `json:"id"`
+	Last4         string     `json:"last4"`
+	Name          string     `json:"name"`
+	ReadOnly      bool       `json:"read_only"`
+	Role          string     `json:"role"`
 
 	// Token The secret; shown once.
 	Token string `json:"token"`
@@ -1914,8 +2054,11 @@ type TokenSecret struct {
 
 // User defines model for User.
 type User struct {
-	CreatedAt         time.Time  `json:"created_at"`
-	Disabled          bool       `json:"disabled"`
+	CreatedAt time.Time `json:"created_at"`
+	Disabled  bool      `json:"disabled"`
+
+	// Domains The domains the role holds for; [] means every domain.
+	Domains           []string   `json:"domains"`
 	ID                int64      `json:"id"`
 	PasswordChangedAt *time.Time `json:"password_changed_at"`
 	Role              UserRole   `json:"role"`
@@ -1927,6 +2070,8 @@ type UserRole string
 
 // UserCreateRequest defines model for UserCreateRequest.
 type UserCreateRequest struct {
+	// Domains The domains the role holds for; empty or absent means every domain.
+	Domains  []string              `json:"domains,omitempty"`
 	Password string                `json:"password"`
 	Role     UserCreateRequestRole `json:"role"`
 	Username string                `json:"username"`
@@ -2064,6 +2209,16 @@ type Published struct {
 
 // PublishedRolloutState defines model for Published.Rollout.State.
 type PublishedRolloutState string
+
+// SessionList defines model for SessionList.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// SessionsEnded defines model for SessionsEnded.
+type SessionsEnded struct {
+	Ended int64 `json:"ended"`
+}
 
 // SignInPage defines model for SignInPage.
 type SignInPage = Error
@@ -2306,6 +2461,9 @@ type PostAPIV1VersionsNRollback200JSONResponseBodyRolloutState string
 // PutAPIV1AlertsJSONRequestBody defines body for PutAPIV1Alerts for application/json ContentType.
 type PutAPIV1AlertsJSONRequestBody PutAPIV1AlertsJSONBody
 
+// PutAPIV1AuditStreamJSONRequestBody defines body for PutAPIV1AuditStream for application/json ContentType.
+type PutAPIV1AuditStreamJSONRequestBody = AuditStreamRequest
+
 // PostAPIV1AuthLoginJSONRequestBody defines body for PostAPIV1AuthLogin for application/json ContentType.
 type PostAPIV1AuthLoginJSONRequestBody = LoginRequest
 
@@ -2354,8 +2512,14 @@ type PutAPIV1SettingsJSONRequestBody = SettingsRequest
 // PostAPIV1TokensJSONRequestBody defines body for PostAPIV1Tokens for application/json ContentType.
 type PostAPIV1TokensJSONRequestBody = TokenCreateRequest
 
+// PutAPIV1TokensIDOwnerJSONRequestBody defines body for PutAPIV1TokensIDOwner for application/json ContentType.
+type PutAPIV1TokensIDOwnerJSONRequestBody = TokenOwnerRequest
+
 // PostAPIV1UsersJSONRequestBody defines body for PostAPIV1Users for application/json ContentType.
 type PostAPIV1UsersJSONRequestBody = UserCreateRequest
+
+// PutAPIV1UsersIDDomainsJSONRequestBody defines body for PutAPIV1UsersIDDomains for application/json ContentType.
+type PutAPIV1UsersIDDomainsJSONRequestBody = DomainsRequest
 
 // PutAPIV1UsersIDPasswordJSONRequestBody defines body for PutAPIV1UsersIDPassword for application/json ContentType.
 type PutAPIV1UsersIDPasswordJSONRequestBody = PasswordResetRequest

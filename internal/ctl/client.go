@@ -176,27 +176,38 @@ type Published struct {
 
 // publish makes a publishing call and reads either answer.
 func (c *Client) publish(ctx context.Context, method, path string, body any) (Published, error) {
-	resp, err := c.send(ctx, method, path, body)
+	pub, change, err := proposable[consoleapi.Published](ctx, c, method, path, body)
 	if err != nil {
 		return Published{}, err
+	}
+	return Published{Published: pub, Change: change}, nil
+}
+
+// proposable makes a call the console answers either with a T (2xx) or,
+// when approval is required, with 202 and the change request it proposed
+// instead (then the T is zero).
+func proposable[T any](ctx context.Context, c *Client, method, path string, body any) (T, *consoleapi.ChangeRequest, error) {
+	var out T
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return out, nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return Published{}, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return out, nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
-	var p Published
 	if resp.StatusCode == http.StatusAccepted {
 		var proposed consoleapi.Proposed
-		err = json.Unmarshal(raw, &proposed)
-		p.Change = &proposed.Change
-	} else {
-		err = json.Unmarshal(raw, &p.Published)
+		if err := json.Unmarshal(raw, &proposed); err != nil {
+			return out, nil, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+		return out, &proposed.Change, nil
 	}
-	if err != nil {
-		return Published{}, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, nil, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}
-	return p, nil
+	return out, nil, nil
 }
 
 // PutRuleset publishes every domain of ch and its deletions as one version.
@@ -307,12 +318,29 @@ func (c *Client) Tokens(ctx context.Context) ([]consoleapi.Token, error) {
 	return out.Tokens, err
 }
 
+// TokenOptions scope a new token: its domains (empty: every domain the
+// creator holds), the read-only flag and, for node tokens, the fleet flag.
+type TokenOptions struct {
+	Domains  []string
+	ReadOnly bool
+	Fleet    bool
+}
+
 // CreateToken creates a token; expiresIn is a Go duration or "" for never.
-func (c *Client) CreateToken(ctx context.Context, name, role, expiresIn string) (consoleapi.TokenSecret, error) {
+func (c *Client) CreateToken(ctx context.Context, name, role, expiresIn string, opts TokenOptions) (consoleapi.TokenSecret, error) {
 	var out consoleapi.TokenSecret
 	body := consoleapi.TokenCreateRequest{Name: name, Role: consoleapi.TokenCreateRequestRole(role)}
 	if expiresIn != "" {
 		body.ExpiresIn = &expiresIn
+	}
+	if len(opts.Domains) > 0 {
+		body.Domains = opts.Domains
+	}
+	if opts.ReadOnly {
+		body.ReadOnly = &opts.ReadOnly
+	}
+	if opts.Fleet {
+		body.Fleet = &opts.Fleet
 	}
 	_, err := c.call(ctx, "POST", "/api/v1/tokens", body, &out)
 	return out, err

@@ -393,11 +393,15 @@ func tokensList(ctx context.Context, e *env, args []string) error {
 }
 
 func tokensCreate(ctx context.Context, e *env, args []string) error {
-	var role, expiresIn string
+	var role, expiresIn, domains string
+	var opts TokenOptions
 	fs := e.flags("tokens create")
-	fs.StringVar(&role, "role", "", "viewer, editor, admin or node (required)")
+	fs.StringVar(&role, "role", "", "viewer, support, editor, admin or node (required)")
 	fs.StringVar(&expiresIn, "expires-in", "", "lifetime as a Go duration, like 720h (default: never expires)")
-	const synopsis = "tokens create NAME --role ROLE [--expires-in 720h]"
+	fs.StringVar(&domains, "domains", "", "comma-separated domains the role holds for (default: every domain you hold)")
+	fs.BoolVar(&opts.ReadOnly, "read-only", false, "GET requests only")
+	fs.BoolVar(&opts.Fleet, "fleet", false, "a node token any node id may connect with (not one already connected)")
+	const synopsis = "tokens create NAME --role ROLE [--expires-in 720h] [--domains a,b] [--read-only] [--fleet]"
 	args, err := e.parse(fs, args, 1, synopsis)
 	if err != nil {
 		return err
@@ -408,7 +412,12 @@ func tokensCreate(ctx context.Context, e *env, args []string) error {
 	if err := e.connect(); err != nil {
 		return e.fail(err, nil)
 	}
-	tok, err := e.client.CreateToken(ctx, args[0], role, expiresIn)
+	for _, d := range strings.Split(domains, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			opts.Domains = append(opts.Domains, d)
+		}
+	}
+	tok, err := e.client.CreateToken(ctx, args[0], role, expiresIn, opts)
 	if err != nil {
 		return e.fail(err, nil)
 	}

@@ -65,7 +65,7 @@ Commands:
   audit export               every matching audit event as CSV (--file FILE, else stdout)
   nodes                      the enforcers, their versions and state
   tokens list                API tokens
-  tokens create NAME --role ROLE [--expires-in 720h]
+  tokens create NAME --role ROLE [--expires-in 720h] [--domains a,b] [--read-only] [--fleet]
                              create a token and print its secret (shown once)
   tokens disable ID          disable a token
   inspect DOMAIN key=value... [+ key=value...]

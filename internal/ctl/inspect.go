@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/sluicehq/sluice/internal/consoleapi"
 )
 
 // The support desk: "inspect DOMAIN key=value..." and "reset DOMAIN
@@ -16,74 +17,30 @@ import (
 //
 //	sluice ctl inspect api customer=c1 + customer=c1 route=/search
 
-// Descriptor is one request descriptor: ordered entries.
-type Descriptor struct {
-	Entries []Entry `json:"entries"`
-}
-
-// Entry is one key and value of a descriptor.
-type Entry struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
-
-// InspectedLimit is one limit an inspected descriptor matches, with its
-// counter.
-type InspectedLimit struct {
-	Descriptor      int       `json:"descriptor"`
-	Rule            string    `json:"rule"`
-	Algorithm       string    `json:"algorithm"`
-	RequestsPerUnit int64     `json:"requests_per_unit"`
-	Unit            string    `json:"unit"`
-	Used            int64     `json:"used"`
-	Remaining       int64     `json:"remaining"`
-	ResetAt         time.Time `json:"reset_at"`
-	Capacity        int64     `json:"capacity"`
-	ShadowMode      bool      `json:"shadow_mode"`
-	Unlimited       bool      `json:"unlimited"`
-	Shards          int       `json:"shards"`
-}
-
-// Inspection is the answer of POST /api/v1/inspect.
-type Inspection struct {
-	Version int64            `json:"version"`
-	Limits  []InspectedLimit `json:"limits"`
-}
-
-// ResetResult is the answer of POST /api/v1/inspect/reset.
-type ResetResult struct {
-	Version int64 `json:"version"`
-	Limits  []struct {
-		Descriptor int    `json:"descriptor"`
-		Rule       string `json:"rule"`
-	} `json:"limits"`
-	Keys int64 `json:"keys"`
-}
-
 // Inspect returns the limits ds match in domain, with their counters.
-func (c *Client) Inspect(ctx context.Context, domain string, ds []Descriptor) (Inspection, error) {
-	var out Inspection
-	_, err := c.call(ctx, "POST", "/api/v1/inspect", map[string]any{"domain": domain, "descriptors": ds}, &out)
+func (c *Client) Inspect(ctx context.Context, domain string, ds []consoleapi.RequestDescriptor) (consoleapi.Inspection, error) {
+	var out consoleapi.Inspection
+	_, err := c.call(ctx, "POST", "/api/v1/inspect", consoleapi.InspectRequest{Domain: domain, Descriptors: ds}, &out)
 	return out, err
 }
 
 // Reset starts the counters of the limits ds match in domain afresh.
-func (c *Client) Reset(ctx context.Context, domain string, ds []Descriptor, message string) (ResetResult, error) {
-	var out ResetResult
-	_, err := c.call(ctx, "POST", "/api/v1/inspect/reset", map[string]any{"domain": domain, "descriptors": ds, "message": message}, &out)
+func (c *Client) Reset(ctx context.Context, domain string, ds []consoleapi.RequestDescriptor, message string) (consoleapi.ResetResult, error) {
+	var out consoleapi.ResetResult
+	_, err := c.call(ctx, "POST", "/api/v1/inspect/reset", consoleapi.ResetRequest{Domain: domain, Descriptors: ds, Message: message}, &out)
 	return out, err
 }
 
 // parseDescriptors reads key=value arguments, "+" separating descriptors.
-func parseDescriptors(args []string) ([]Descriptor, error) {
-	var ds []Descriptor
-	cur := Descriptor{}
+func parseDescriptors(args []string) ([]consoleapi.RequestDescriptor, error) {
+	var ds []consoleapi.RequestDescriptor
+	var cur consoleapi.RequestDescriptor
 	end := func() error {
 		if len(cur.Entries) == 0 {
 			return errors.New(`each descriptor needs at least one key=value (a "+" separates descriptors)`)
 		}
 		ds = append(ds, cur)
-		cur = Descriptor{}
+		cur = consoleapi.RequestDescriptor{}
 		return nil
 	}
 	for _, a := range args {
@@ -97,7 +54,7 @@ func parseDescriptors(args []string) ([]Descriptor, error) {
 		if !ok || k == "" {
 			return nil, fmt.Errorf("%q: want key=value", a)
 		}
-		cur.Entries = append(cur.Entries, Entry{Key: k, Value: v})
+		cur.Entries = append(cur.Entries, consoleapi.Entry{Key: k, Value: v})
 	}
 	if err := end(); err != nil {
 		return nil, err
@@ -146,7 +103,7 @@ func inspect(ctx context.Context, e *env, args []string) error {
 		if l.Shards > 1 {
 			notes = append(notes, fmt.Sprintf("%d shards", l.Shards))
 		}
-		rows[i] = []string{strconv.Itoa(l.Descriptor), cell(l.Rule), l.Algorithm, limit, used, remaining, resets, cell(strings.Join(notes, ", "))}
+		rows[i] = []string{strconv.Itoa(l.Descriptor), cell(l.Rule), string(l.Algorithm), limit, used, remaining, resets, cell(strings.Join(notes, ", "))}
 	}
 	fmt.Fprintf(e.stdout, "domain %s, version %d\n", args[0], ins.Version)
 	return e.table([]string{"DESCRIPTOR", "RULE", "ALGORITHM", "LIMIT", "USED", "REMAINING", "RESETS", "NOTE"}, rows)

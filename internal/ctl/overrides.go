@@ -12,49 +12,9 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// OverrideRate is an override's rate.
-type OverrideRate struct {
-	Unit            string `json:"unit"`
-	RequestsPerUnit uint32 `json:"requests_per_unit"`
-}
-
-// Override is a temporary override (GET /api/v1/overrides).
-type Override struct {
-	ID           int64         `json:"id"`
-	Domain       string        `json:"domain"`
-	Entries      []rules.Entry `json:"entries"`
-	RateLimit    OverrideRate  `json:"rate_limit"`
-	ExpiresAt    time.Time     `json:"expires_at"`
-	Status       string        `json:"status"`
-	Author       string        `json:"author"`
-	Message      string        `json:"message"`
-	Version      int64         `json:"version"`
-	Urgent       bool          `json:"urgent"`
-	EndedVersion *int64        `json:"ended_version"`
-	EndedBy      string        `json:"ended_by,omitempty"`
-}
-
-// OverrideRequest is the body of POST /api/v1/overrides.
-type OverrideRequest struct {
-	Domain    string        `json:"domain"`
-	Entries   []rules.Entry `json:"entries"`
-	RateLimit OverrideRate  `json:"rate_limit"`
-	ExpiresAt string        `json:"expires_at"`
-	Message   string        `json:"message"`
-	Urgent    bool          `json:"urgent,omitempty"`
-}
-
-// OverrideCreated is the answer to POST /api/v1/overrides: the override and
-// its version, or, when approval is required, the change request.
-type OverrideCreated struct {
-	ID      int64                     `json:"id,omitempty"`
-	Version int64                     `json:"version,omitempty"`
-	Change  *consoleapi.ChangeRequest `json:"change,omitempty"`
-}
-
 // Overrides lists overrides, newest first (domain and status filter when
 // not empty).
-func (c *Client) Overrides(ctx context.Context, domain, status string) ([]Override, error) {
+func (c *Client) Overrides(ctx context.Context, domain, status string) ([]consoleapi.Override, error) {
 	q := url.Values{}
 	if domain != "" {
 		q.Set("domain", domain)
@@ -64,23 +24,23 @@ func (c *Client) Overrides(ctx context.Context, domain, status string) ([]Overri
 	}
 	q.Set("limit", "1000")
 	var out struct {
-		Overrides []Override `json:"overrides"`
+		Overrides []consoleapi.Override `json:"overrides"`
 	}
 	_, err := c.call(ctx, "GET", "/api/v1/overrides"+encodeQuery(q), nil, &out)
 	return out.Overrides, err
 }
 
-// CreateOverride asks for a temporary override.
-func (c *Client) CreateOverride(ctx context.Context, req OverrideRequest) (OverrideCreated, error) {
-	var out OverrideCreated
-	_, err := c.call(ctx, "POST", "/api/v1/overrides", req, &out)
-	return out, err
+// CreateOverride asks for a temporary override and returns it and its
+// version or, when approval is required, the change request the console
+// proposed instead.
+func (c *Client) CreateOverride(ctx context.Context, req consoleapi.OverrideRequest) (consoleapi.OverrideCreated, *consoleapi.ChangeRequest, error) {
+	return proposable[consoleapi.OverrideCreated](ctx, c, "POST", "/api/v1/overrides", req)
 }
 
 // EndOverride ends an active override and returns the version without it.
-func (c *Client) EndOverride(ctx context.Context, id int64, message string) (Published, error) {
-	var out Published
-	_, err := c.call(ctx, "DELETE", "/api/v1/overrides/"+strconv.FormatInt(id, 10), map[string]string{"message": message}, &out)
+func (c *Client) EndOverride(ctx context.Context, id int64, message string) (consoleapi.Published, error) {
+	var out consoleapi.Published
+	_, err := c.call(ctx, "DELETE", "/api/v1/overrides/"+strconv.FormatInt(id, 10), consoleapi.ReviewRequest{Message: &message}, &out)
 	return out, err
 }
 
@@ -109,20 +69,20 @@ func overridesList(ctx context.Context, e *env, args []string) error {
 			pairs[j] = en.Key + "=" + en.Value
 		}
 		rows[i] = []string{strconv.FormatInt(o.ID, 10), o.Domain, cell(strings.Join(pairs, " ")),
-			fmt.Sprintf("%d/%s", o.RateLimit.RequestsPerUnit, o.RateLimit.Unit), when(o.ExpiresAt), o.Status,
+			fmt.Sprintf("%d/%s", o.RateLimit.RequestsPerUnit, o.RateLimit.Unit), when(o.ExpiresAt), string(o.Status),
 			strconv.FormatInt(o.Version, 10), cell(o.Author), cell(o.Message)}
 	}
 	return e.table([]string{"ID", "DOMAIN", "ENTRIES", "RATE", "EXPIRES", "STATUS", "VERSION", "AUTHOR", "MESSAGE"}, rows)
 }
 
 // parseRate reads a rate like 8/hour.
-func parseRate(s string) (OverrideRate, error) {
+func parseRate(s string) (consoleapi.OverrideRate, error) {
 	n, unit, ok := strings.Cut(s, "/")
 	v, err := strconv.ParseUint(n, 10, 32)
 	if !ok || err != nil || rules.Unit(unit).Period() == 0 {
-		return OverrideRate{}, fmt.Errorf("--rate %q: want requests/unit, like 8/hour (units: second, minute, hour, day, week, month, year)", s)
+		return consoleapi.OverrideRate{}, fmt.Errorf("--rate %q: want requests/unit, like 8/hour (units: second, minute, hour, day, week, month, year)", s)
 	}
-	return OverrideRate{Unit: unit, RequestsPerUnit: uint32(v)}, nil
+	return consoleapi.OverrideRate{Unit: consoleapi.OverrideRateUnit(unit), RequestsPerUnit: int64(v)}, nil
 }
 
 func overridesCreate(ctx context.Context, e *env, args []string) error {
@@ -143,13 +103,16 @@ func overridesCreate(ctx context.Context, e *env, args []string) error {
 	if len(args) < 2 {
 		return e.usageError(fmt.Errorf("a domain and at least one KEY=VALUE are required\nusage: sluice ctl %s", synopsis))
 	}
-	req := OverrideRequest{Domain: args[0], Message: message, Urgent: urgent}
+	req := consoleapi.OverrideRequest{Domain: args[0], Message: message}
+	if urgent {
+		req.Urgent = &urgent
+	}
 	for _, a := range args[1:] {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" {
 			return e.usageError(fmt.Errorf("%q: want KEY=VALUE\nusage: sluice ctl %s", a, synopsis))
 		}
-		req.Entries = append(req.Entries, rules.Entry{Key: k, Value: v})
+		req.Entries = append(req.Entries, consoleapi.OverrideEntry{Key: k, Value: v})
 	}
 	if req.RateLimit, err = parseRate(rate); err != nil {
 		return e.usageError(err)
@@ -158,9 +121,12 @@ func overridesCreate(ctx context.Context, e *env, args []string) error {
 	case (until == "") == (lasting == 0):
 		return e.usageError(fmt.Errorf("give one of --until TIME and --for DURATION\nusage: sluice ctl %s", synopsis))
 	case until != "":
-		req.ExpiresAt = until
+		if req.ExpiresAt, err = time.Parse(time.RFC3339, until); err != nil {
+			return e.usageError(fmt.Errorf("--until %q: want an RFC 3339 time, like 2026-12-04T17:00:00Z", until))
+		}
 	default:
-		req.ExpiresAt = time.Now().Add(lasting).UTC().Format(time.RFC3339)
+		req.ExpiresAt = time.Now().Add(lasting).UTC().Truncate(time.Second)
+		until = req.ExpiresAt.Format(time.RFC3339)
 	}
 	if strings.TrimSpace(message) == "" {
 		return e.usageError(fmt.Errorf("-m MSG is required\nusage: sluice ctl %s", synopsis))
@@ -168,18 +134,21 @@ func overridesCreate(ctx context.Context, e *env, args []string) error {
 	if err := e.connect(); err != nil {
 		return e.fail(err, nil)
 	}
-	out, err := e.client.CreateOverride(ctx, req)
+	out, change, err := e.client.CreateOverride(ctx, req)
 	if err != nil {
 		return e.fail(err, nil)
+	}
+	if change != nil {
+		if e.jsonOut() {
+			return e.printJSON(consoleapi.Proposed{Change: *change})
+		}
+		fmt.Fprintf(e.stdout, "approval required: proposed change request %d (the override is published when it is approved; --urgent publishes at once)\n", change.ID)
+		return nil
 	}
 	if e.jsonOut() {
 		return e.printJSON(out)
 	}
-	if out.Change != nil {
-		fmt.Fprintf(e.stdout, "approval required: proposed change request %d (the override is published when it is approved; --urgent publishes at once)\n", out.Change.ID)
-		return nil
-	}
-	fmt.Fprintf(e.stdout, "created override %d in version %d, until %s\n", out.ID, out.Version, req.ExpiresAt)
+	fmt.Fprintf(e.stdout, "created override %d in version %d, until %s\n", out.ID, out.Version, until)
 	return nil
 }
 

@@ -64,6 +64,14 @@ const (
 	// CloseNodeBound: the node token is bound to another node id, or the
 	// node id to another token (the reason says which); one token per node.
 	CloseNodeBound = 4003
+	// CloseRevoked: the connection's credential stopped working (a token
+	// disabled, rotated or expired, or its owner disabled; a session
+	// signed out or expired, or its user disabled or their role changed).
+	// Reconnecting with the same credential is refused.
+	CloseRevoked = 4004
+	// CloseDuplicateNode: a node connected with a fleet node token as a
+	// node id that is connected already; node ids must be unique.
+	CloseDuplicateNode = 4005
 )
 
 // Message types.

@@ -32,6 +32,8 @@ let context: BrowserContext;
 let page: Page;
 const problems: string[] = [];
 const alicePassword = secret();
+/** The id of the setup client's token, which acts for its owner (admin until handed over). */
+let setupToken = 0;
 
 interface User {
   id: number;
@@ -77,7 +79,9 @@ beforeAll(async () => {
   base = `http://${consoleProc.addr}`;
   admin = new Client(base);
   await admin.login('admin', password);
-  admin.useToken((await admin.call<{ token: string }>('POST', '/api/v1/tokens', { name: 'users-e2e', role: 'admin' }, 201)).token);
+  const made = await admin.call<{ id: number; token: string }>('POST', '/api/v1/tokens', { name: 'users-e2e', role: 'admin' }, 201);
+  setupToken = made.id;
+  admin.useToken(made.token);
   await admin.call('POST', '/api/v1/users', { username: 'alice', password: alicePassword, role: 'viewer' }, 201);
   await admin.call('POST', '/api/v1/users', { username: 'bob', password: secret(), role: 'editor' }, 201);
 
@@ -174,6 +178,9 @@ describe('the Users page', () => {
 
   it('lets an admin hand over and step down, and then follows the new role', async () => {
     await admin.call('PUT', `/api/v1/users/${(await user('alice')).id}/role`, { role: 'admin' });
+    // A token never holds more than its owner: hand the setup token to
+    // alice before admin steps down, or it would step down with them.
+    await admin.call('PUT', `/api/v1/tokens/${setupToken}/owner`, { owner: 'alice' });
     await page.reload();
     await row('admin').getByRole('button', { name: 'Change role…' }).click();
     const dialog = page.getByRole('dialog', { name: 'Change the role of admin' });

@@ -496,6 +496,56 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/me/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * My live sessions
+         * @description Signed-in users only (403 for tokens); the session making the request is marked current.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionList"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        put?: never;
+        post?: never;
+        /**
+         * Sign out everywhere
+         * @description Ends every session of the caller, this one included; their open streams close. Audited as auth.logout_all.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionsEnded"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me/password": {
         parameters: {
             query?: never;
@@ -1562,6 +1612,77 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/audit/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The audit stream to a SIEM webhook (admin)
+         * @description Every audit event is POSTed in id order to the webhook as JSON lines, signed with X-Sluice-Signature sha256=HMAC-SHA-256(secret, body), retried with backoff until a 2xx, at least once; one console replica delivers and the cursor (delivered_id) is kept in Postgres. The secret is never shown.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The settings and how far delivery has come. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AuditStream"];
+                    };
+                };
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        /**
+         * Configure the audit stream (admin)
+         * @description Audited as audit_stream.update (the URL, never the secret).
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["AuditStreamRequest"];
+                };
+            };
+            responses: {
+                /** @description The new settings. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AuditStream"];
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/users": {
         parameters: {
             query?: never;
@@ -1747,6 +1868,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/users/{id}/domains": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["id"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Change the domains a user's role holds for (admin)
+         * @description [] means every domain. The user reads every domain either way; writes (publish, delete, rollback, change requests and their review, overrides, resets) to other domains get 403 domain_forbidden. The user's tokens narrow with them. Audited as user.domains.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["DomainsRequest"];
+                };
+            };
+            responses: {
+                200: components["responses"]["UserResult"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+                409: components["responses"]["Conflict"];
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/users/{id}/password": {
         parameters: {
             query?: never;
@@ -1785,6 +1950,106 @@ export interface paths {
         };
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/{id}/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["id"];
+            };
+            cookie?: never;
+        };
+        /** A user's live sessions (admin) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionList"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+            };
+        };
+        put?: never;
+        post?: never;
+        /**
+         * End all of a user's sessions (admin)
+         * @description Takes effect on each session's next request; open streams close within seconds. Audited as session.revoke.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionsEnded"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/{id}/sessions/{sid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["id"];
+                /** @description The session's id. */
+                sid: number;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * End one session of a user (admin)
+         * @description Audited as session.revoke.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                    /** @description The session's id. */
+                    sid: number;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                200: components["responses"]["SessionsEnded"];
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+            };
+        };
         options?: never;
         head?: never;
         patch?: never;
@@ -1933,6 +2198,58 @@ export interface paths {
                 409: components["responses"]["Conflict"];
             };
         };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tokens/{id}/owner": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["id"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Hand a token to another owner (admin)
+         * @description A token acts for its owner and never holds more than the owner holds now: the lower of the two roles and the domains both grant. A disabled owner's tokens stop working (node tokens already serving a node excepted, see docs/security.md), so hand a token over before its owner leaves. Audited as token.owner.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: components["parameters"]["id"];
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["TokenOwnerRequest"];
+                };
+            };
+            responses: {
+                /** @description The token, with its new owner and effective role. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Token"];
+                    };
+                };
+                400: components["responses"]["BadRequest"];
+                401: components["responses"]["Unauthorized"];
+                403: components["responses"]["Forbidden"];
+                404: components["responses"]["NotFound"];
+                409: components["responses"]["Conflict"];
+            };
+        };
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -3023,6 +3340,12 @@ export interface components {
             /** Format: int64 */
             id?: number;
             csrf_token?: string;
+            /** @description The domains the role holds for, when all_domains is false. */
+            domains?: string[];
+            /** @description The role holds for every domain. */
+            all_domains?: boolean;
+            /** @description A read-only token (GET requests only). */
+            read_only?: boolean;
         };
         PasswordChangeRequest: {
             /** Format: password */
@@ -3482,12 +3805,19 @@ export interface components {
         };
         Settings: {
             require_approval: boolean;
+            /** @description Seconds a session lasts without a request (default 43200). */
+            session_idle_s: number;
+            /** @description Seconds a session lasts after sign-in at most (default 604800). */
+            session_absolute_s: number;
             /** Format: date-time */
             updated_at: string;
             updated_by: string;
         };
+        /** @description Give at least one field; the others stay. */
         SettingsRequest: {
             require_approval: boolean;
+            session_idle_s: number;
+            session_absolute_s: number;
         };
         AuditEvent: {
             /** Format: int64 */
@@ -3506,6 +3836,34 @@ export interface components {
             prev_hash: string;
             hash: string;
         };
+        AuditStream: {
+            url: string;
+            enabled: boolean;
+            secret_set: boolean;
+            /**
+             * Format: int64
+             * @description The last event the receiver acknowledged.
+             */
+            delivered_id: number;
+            /**
+             * Format: int64
+             * @description Events not yet acknowledged.
+             */
+            pending: number;
+            last_error: string;
+            /** Format: date-time */
+            last_attempt: string | null;
+            /** Format: date-time */
+            updated_at: string;
+            updated_by: string;
+        };
+        AuditStreamRequest: {
+            /** @description An http or https URL; required to enable. */
+            url: string;
+            /** @description The HMAC key; absent keeps the one set. */
+            secret: string;
+            enabled: boolean;
+        };
         /** @description broken_id and reason are set when ok is false. */
         AuditVerification: {
             ok: boolean;
@@ -3514,6 +3872,23 @@ export interface components {
             /** Format: int64 */
             broken_id?: number;
             reason?: string;
+        };
+        Session: {
+            /** Format: int64 */
+            id: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            last_seen: string;
+            /**
+             * Format: date-time
+             * @description When it ends unless used again (idle) or at the latest (absolute).
+             */
+            expires_at: string;
+            ip: string;
+            user_agent: string;
+            /** @description The session making this request. */
+            current: boolean;
         };
         User: {
             /** Format: int64 */
@@ -3526,6 +3901,8 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             password_changed_at: string | null;
+            /** @description The domains the role holds for; [] means every domain. */
+            domains: string[];
         };
         UserCreateRequest: {
             username: string;
@@ -3533,6 +3910,11 @@ export interface components {
             password: string;
             /** @enum {string} */
             role: "viewer" | "support" | "editor" | "admin";
+            /** @description The domains the role holds for; empty or absent means every domain. */
+            domains?: string[];
+        };
+        DomainsRequest: {
+            domains: string[];
         };
         RoleRequest: {
             /** @enum {string} */
@@ -3557,15 +3939,39 @@ export interface components {
             disabled: boolean;
             /** Format: date-time */
             rotated_at: string | null;
+            /** @description The token's own domain grants; [] means every domain. */
+            domains: string[];
+            read_only: boolean;
+            /** @description A fleet node token: never bound to one node id. */
+            fleet: boolean;
             /** @description The node id a node token is bound to: the first one it connected with. Null until then and for other roles. Disable the token to free the id for a new token. */
             node_id: string | null;
+            /** @description The username the token acts for (its creator until handed over); null for a token the system made. */
+            owner: string | null;
+            /** @description The owner is disabled; the token stops working unless it is a node token serving a node. */
+            owner_disabled: boolean;
+            /**
+             * @description What the token may do now, the lower of its role and its owner's.
+             * @enum {string}
+             */
+            effective_role: "viewer" | "support" | "editor" | "admin" | "node";
         };
         TokenCreateRequest: {
             name: string;
             /** @enum {string} */
             role: "viewer" | "support" | "editor" | "admin" | "node";
-            /** @description A Go duration like "720h"; empty = never. */
+            /** @description A Go duration like "720h"; empty = never (or, when a token that expires creates it, that token's expiry). */
             expires_in?: string;
+            /** @description The domains the role holds for; empty means every domain the creator holds. A token never holds more than its creator: a higher role, a domain the creator lacks or an expiry after the creating token's is refused (403 too_wide). */
+            domains?: string[];
+            /** @description The token makes GET requests only. */
+            read_only?: boolean;
+            /** @description Node tokens only: any node id may connect with it, but not one already connected. */
+            fleet?: boolean;
+        };
+        TokenOwnerRequest: {
+            /** @description The username of an enabled user. */
+            owner: string;
         };
         TokenSecret: {
             /** Format: int64 */
@@ -3577,6 +3983,10 @@ export interface components {
             last4: string;
             /** Format: date-time */
             expires_at: string | null;
+            domains: string[];
+            read_only: boolean;
+            fleet: boolean;
+            effective_role: string;
         };
         RuleCounts: {
             domain: string;
@@ -3969,6 +4379,29 @@ export interface components {
             };
             content: {
                 "application/json": components["schemas"]["User"];
+            };
+        };
+        /** @description Live sessions, newest first. */
+        SessionList: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": {
+                    sessions: components["schemas"]["Session"][];
+                };
+            };
+        };
+        /** @description How many sessions ended. */
+        SessionsEnded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": {
+                    /** Format: int64 */
+                    ended: number;
+                };
             };
         };
         /** @description The token with its secret, shown this once. */

@@ -133,12 +133,7 @@ export async function login(username: string, password: string): Promise<void> {
 }
 
 /** AuthMethods is how people sign in to this console (GET /api/v1/auth/methods). */
-export interface AuthMethods {
-  /** 'break-glass': only break-glass accounts may use a password. */
-  password: 'all' | 'break-glass';
-  /** Single sign-on through an OpenID Connect provider is configured. */
-  oidc: boolean;
-}
+export type AuthMethods = Schemas['AuthMethods'];
 
 /** authMethods asks the console which ways of signing in it offers. */
 export function authMethods(): Promise<AuthMethods> {

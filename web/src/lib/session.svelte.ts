@@ -14,7 +14,16 @@ class Session {
 
   role = $derived(this.me?.role ?? '');
   canEdit = $derived(api.canEdit(this.me?.role));
-  isAdmin = $derived(this.me?.role === 'admin');
+  isAdmin = $derived(this.me?.role === 'admin' && this.me?.all_domains !== false);
+  /** mayMintTokens: admins, of every domain or some (their tokens are no wider than they are). */
+  mayMintTokens = $derived(this.me?.role === 'admin' && !this.me?.read_only);
+  /** scoped: the role holds for some domains only (me.domains). */
+  scoped = $derived(this.me?.all_domains === false);
+
+  /** canEditDomain reports whether the user may publish to domain. */
+  canEditDomain(domain: string): boolean {
+    return api.canEditDomain(this.me, domain);
+  }
   who = $derived(this.me?.username ?? this.me?.name ?? '');
 }
 

@@ -1,0 +1,141 @@
+//lint:file-ignore SA1019 nhooyr.io/websocket is the websocket library the product card fixes (its maintained twin is github.com/coder/websocket)
+
+package hub_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"nhooyr.io/websocket"
+
+	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/rules/wire"
+)
+
+// TestRevokedNodeTokenClosed: disabling or rotating a node token closes
+// its open connection with CloseRevoked, and a version published after the
+// disable never reaches it, while a node with a live token goes on.
+func TestRevokedNodeTokenClosed(t *testing.T) {
+	e := newEnv(t)
+	c := e.startConsole()
+	v1 := e.publish("api", domainYAML("api", 10))
+	ctx := context.Background()
+	sys := store.Actor{Name: "test"}
+
+	tokens := map[string]int64{}
+	for _, id := range []string{"disabled", "rotated", "kept"} {
+		tok, secret, err := e.st.CreateToken(ctx, "node "+id, store.RoleNode, nil, sys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[id] = tok.ID
+		e.tokens[id] = secret
+	}
+	nodes := map[string]*node{}
+	for id := range tokens {
+		nodes[id] = e.connect(c.url, wire.Hello{NodeID: id})
+		if snap := nodes[id].snapshot(); snap.Version != v1 {
+			t.Fatalf("%s: first snapshot %d, want %d", id, snap.Version, v1)
+		}
+		nodes[id].ack(v1)
+	}
+
+	if _, err := e.st.DisableToken(ctx, tokens["disabled"], sys); err != nil {
+		t.Fatal(err)
+	}
+	// Published before the periodic check can have run: the push itself
+	// must check first.
+	v2 := e.publish("api", domainYAML("api", 20))
+	if snap := nodes["kept"].snapshot(); snap.Version != v2 {
+		t.Fatalf("kept: snapshot %d, want %d", snap.Version, v2)
+	}
+	if snap := nodes["rotated"].snapshot(); snap.Version != v2 {
+		t.Fatalf("rotated: snapshot %d, want %d", snap.Version, v2)
+	}
+	assertRevoked(t, "disabled", nodes["disabled"])
+
+	if _, _, err := e.st.RotateToken(ctx, tokens["rotated"], sys); err != nil {
+		t.Fatal(err)
+	}
+	// No publish now: the periodic check closes it.
+	assertRevoked(t, "rotated", nodes["rotated"])
+	v3 := e.publish("api", domainYAML("api", 30))
+	if snap := nodes["kept"].snapshot(); snap.Version != v3 {
+		t.Fatalf("kept: snapshot %d, want %d", snap.Version, v3)
+	}
+}
+
+// assertRevoked waits for n to be closed with CloseRevoked, failing if a
+// snapshot arrives first.
+func assertRevoked(t *testing.T, name string, n *node) {
+	t.Helper()
+	deadline := time.After(15 * time.Second)
+	for open := true; open; {
+		select {
+		case msg, ok := <-n.in:
+			if snap, isSnap := msg.(*wire.Snapshot); ok && isSnap {
+				t.Errorf("%s: got snapshot %d after its token was revoked", name, snap.Version)
+			}
+			open = ok
+		case <-deadline:
+			t.Fatalf("%s: still connected 15 s after its token was revoked", name)
+		}
+	}
+	if got := websocket.CloseStatus(n.err); got != wire.CloseRevoked {
+		t.Errorf("%s: closed with %v (%v), want %d", name, got, n.err, wire.CloseRevoked)
+	}
+}
+
+// TestFleetToken: any node id may connect with a fleet node token, but not
+// one that is connected already, nor one bound to a token of its own.
+func TestFleetToken(t *testing.T) {
+	e := newEnv(t)
+	c := e.startConsole()
+	v1 := e.publish("api", domainYAML("api", 10))
+	ctx := context.Background()
+	_, fleet, err := e.st.CreateScopedToken(ctx, store.TokenSpec{Name: "fleet", Role: store.RoleNode, Fleet: true}, store.Actor{Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.connectWith(c.url, fleet, wire.Hello{NodeID: "pod-a"})
+	b := e.connectWith(c.url, fleet, wire.Hello{NodeID: "pod-b"})
+	for _, n := range []*node{a, b} {
+		if snap := n.snapshot(); snap.Version != v1 {
+			t.Fatalf("snapshot %d, want %d", snap.Version, v1)
+		}
+	}
+	dup := e.connectWith(c.url, fleet, wire.Hello{NodeID: "pod-a"})
+	if err := dup.closed(); websocket.CloseStatus(err) != wire.CloseDuplicateNode {
+		t.Errorf("second pod-a: closed with %v, want %d", err, wire.CloseDuplicateNode)
+	}
+	// The first pod-a is still there.
+	v2 := e.publish("api", domainYAML("api", 20))
+	if snap := a.snapshot(); snap.Version != v2 {
+		t.Errorf("pod-a after the duplicate: snapshot %d, want %d", snap.Version, v2)
+	}
+	// An id bound to a dedicated token is not the fleet's.
+	e.connect(c.url, wire.Hello{NodeID: "dedicated"}).snapshot()
+	taken := e.connectWith(c.url, fleet, wire.Hello{NodeID: "dedicated"})
+	if err := taken.closed(); websocket.CloseStatus(err) != wire.CloseNodeBound {
+		t.Errorf("fleet token as a bound id: closed with %v, want %d", err, wire.CloseNodeBound)
+	}
+	// Once pod-b leaves, its id is free again.
+	b.ws.Close(websocket.StatusNormalClosure, "")
+	waitFor(t, "pod-b disconnected", func() bool { return e.nodes(c.url)["pod-b"].Status == "disconnected" })
+	if snap := e.connectWith(c.url, fleet, wire.Hello{NodeID: "pod-b", AppliedVersion: 0}).snapshot(); snap.Version != v2 {
+		t.Errorf("pod-b again: snapshot %d, want %d", snap.Version, v2)
+	}
+	var listed struct {
+		Tokens []struct {
+			Fleet  bool    `json:"fleet"`
+			NodeID *string `json:"node_id"`
+		} `json:"tokens"`
+	}
+	e.getJSON(c.url+"/api/v1/tokens", &listed)
+	for _, tok := range listed.Tokens {
+		if tok.Fleet && tok.NodeID != nil {
+			t.Errorf("fleet token bound to %q, want it never bound", *tok.NodeID)
+		}
+	}
+}
