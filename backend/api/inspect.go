@@ -65,6 +65,7 @@ func (a *API) inspectEngine(ctx context.Context) (*engine.Engine, error) {
 	}
 	domains := make([]*rules.Domain, 0, len(snap.Domains))
 	for _, d := range snap.Domains {
+		// What the nodes enforce: the domain's YAML with its overrides.
 		dom, err := rules.Parse(d.Name+".yaml", []byte(d.Enforced()))
 		if err != nil {
 			return nil, fmt.Errorf("parse domain %q of version %d: %w", d.Name, v, err)

@@ -349,21 +349,34 @@ func TestResetStoreDown(t *testing.T) {
 	}
 }
 
-// TestInspectSeesOverride: inspect reads the limits nodes enforce, so a
-// temporary override's rate shows for its customer and only for it.
-func TestInspectSeesOverride(t *testing.T) {
+// TestInspectOverride: a customer with an active override is inspected
+// against the override's rate, as the nodes enforce it, and against the
+// domain's own limit again once it ends.
+func TestInspectOverride(t *testing.T) {
 	t.Parallel()
-	f, _ := supportFixture(t)
-	body := fmt.Sprintf(`{"domain":"shop","entries":[{"key":"customer","value":"c1"}],"rate_limit":{"unit":"hour","requests_per_unit":5000},"expires_at":%q,"message":"ticket 42"}`,
-		time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
-	if status, out := f.call(t, "POST", "/api/v1/overrides", "admin", body); status != 201 {
-		t.Fatalf("create override = %d %s", status, out)
+	f, node := supportFixture(t)
+	c := checkRequest(descriptor("fixed_window", "c1"))
+	for range 3 {
+		nodeCheck(t, node, c)
 	}
-	for value, want := range map[string]int64{"c1": 5000, "c2": 1000} {
+	rate := func(want int64) {
+		t.Helper()
 		var got inspection
-		f.decodeJSON(t, "POST", "/api/v1/inspect", "viewer", inspectBody("", descriptor("customer", value)), 200, &got)
-		if got.Version != 2 || len(got.Limits) != 1 || got.Limits[0].RequestsPerUnit != want {
-			t.Errorf("inspect %s = %+v, want version 2 and %d requests per hour", value, got, want)
+		f.decodeJSON(t, "POST", "/api/v1/inspect", "viewer", inspectBody("", descriptor("fixed_window", "c1")), 200, &got)
+		if len(got.Limits) != 1 || got.Limits[0].RequestsPerUnit != want || got.Limits[0].Used != 3 || got.Limits[0].Remaining != want-3 {
+			t.Fatalf("inspect = %+v, want %d requests per unit, 3 used", got, want)
 		}
 	}
+	rate(10)
+	body := fmt.Sprintf(`{"domain":"shop","entries":[{"key":"fixed_window","value":"c1"}],"rate_limit":{"unit":"hour","requests_per_unit":50},"expires_at":%q,"message":"ticket 7"}`,
+		time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	var created struct {
+		ID int64 `json:"id"`
+	}
+	f.decodeJSON(t, "POST", "/api/v1/overrides", "editor", body, 201, &created)
+	rate(50)
+	if status, out := f.call(t, "DELETE", fmt.Sprintf("/api/v1/overrides/%d", created.ID), "editor", `{"message":"done"}`); status != 200 {
+		t.Fatalf("end override: %d %s", status, out)
+	}
+	rate(10)
 }

@@ -33,7 +33,7 @@ descriptors:
 // prefix: nodes given one prefix share their counters, as a fleet does.
 func (e *env) startRedisNode(consoleURL, id, prefix string) *enforcerNode {
 	e.t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(e.t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(e.t), limiter.WithTimeout(2*time.Second))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -78,9 +78,7 @@ func (e *env) call(method, url, body string, want int, out any) {
 	e.t.Helper()
 	req, _ := http.NewRequest(method, url, bytes.NewReader([]byte(body)))
 	req.Header.Set("Authorization", "Bearer "+e.adminTok)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

@@ -14,6 +14,12 @@ const (
 	DefaultMaxBatch         = 256
 	DefaultMaxInFlight      = 2
 	DefaultOverLimitEntries = 10_000
+	// OverLimitRecheck is the longest a Batcher answers a limit from its
+	// over-limit cache before asking Redis again, whatever the RetryAfter:
+	// a counter reset (the console's support desk deletes the keys) takes
+	// effect at every node within it, at the cost of at most one script
+	// call a second for each key a node keeps rejecting.
+	OverLimitRecheck = time.Second
 )
 
 // BatchOptions configures NewBatcher; zero values mean the defaults.
@@ -75,8 +81,9 @@ var ErrBatchTimeout = errors.New("limiter: no answer from Redis within the timeo
 // when the Take was sent (no algorithm gives hits back sooner). Until then a
 // Take including such a request is rejected without asking Redis (see
 // Decision.Cached); it consumes nothing anyway, all-or-nothing. Entries are
-// specific to the limit's parameters, expire at their time and are bounded
-// by OverLimitEntries. A rejection that depended on another request of the
+// specific to the limit's parameters, expire at their time or after
+// OverLimitRecheck, whichever comes first (a reset can give hits back), and
+// are bounded by OverLimitEntries. A rejection that depended on another request of the
 // same Take (the same key twice) is not cached.
 type Batcher struct {
 	r           *Redis
@@ -299,6 +306,7 @@ type overLimitCache struct {
 type overLimit struct {
 	s         spec      // the limit's parameters; s.hits: the fewest hits known rejected
 	until     time.Time // rejecting at least until then (monotonic clock)
+	recheck   time.Time // asking Redis again from then on (≤ until)
 	resetAt   time.Time
 	remaining int64
 }
@@ -331,7 +339,7 @@ func (c *overLimitCache) answer(specs []spec, now time.Time) ([]Decision, bool) 
 		if !ok {
 			continue
 		}
-		if !now.Before(e.until) {
+		if !now.Before(e.recheck) {
 			delete(c.m, s.key)
 			continue
 		}
@@ -369,6 +377,7 @@ func (c *overLimitCache) learn(specs []spec, ds []Decision, sent time.Time) {
 		c.m[specs[i].key] = overLimit{
 			s:         specs[i],
 			until:     sent.Add(ds[i].RetryAfter),
+			recheck:   sent.Add(min(ds[i].RetryAfter, OverLimitRecheck)),
 			resetAt:   sent.Add(ds[i].ResetAfter),
 			remaining: ds[i].Remaining,
 		}
@@ -394,11 +403,11 @@ func (c *overLimitCache) evict(now time.Time) {
 	var soonest time.Time
 	n, dropped := 0, false
 	for key, e := range c.m { // map order is random
-		if !now.Before(e.until) {
+		if !now.Before(e.recheck) {
 			delete(c.m, key)
 			dropped = true
-		} else if victim == "" || e.until.Before(soonest) {
-			victim, soonest = key, e.until
+		} else if victim == "" || e.recheck.Before(soonest) {
+			victim, soonest = key, e.recheck
 		}
 		if n++; n == sample {
 			break

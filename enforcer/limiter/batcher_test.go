@@ -291,6 +291,29 @@ func TestOverLimitCache(t *testing.T) {
 		t.Errorf("other burst: %+v, want asked to Redis (and allowed)", d[0])
 	}
 
+	// A reset (the state deleted) is seen within OverLimitRecheck, though
+	// the rejection's RetryAfter is an hour away.
+	reset := Request{Key: testKey(prefix, "reset"), Limit: 1, Period: time.Hour, Burst: 1, Hits: 1}
+	bt(reset)
+	if d := bt(reset)[0]; d.Allowed || d.RetryAfter < time.Minute {
+		t.Fatalf("reset: second take %+v, want rejected for most of an hour", d)
+	}
+	if err := c.Del(ctx, stateKey(reset)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	for {
+		d := bt(reset)[0]
+		if d.Allowed {
+			t.Logf("allowed %v after the reset (OverLimitRecheck %v)", time.Since(deleted), OverLimitRecheck)
+			break
+		}
+		if time.Since(deleted) > 5*OverLimitRecheck {
+			t.Fatalf("still rejected %v after the reset: %+v", time.Since(deleted), d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
 	// An entry expires with its RetryAfter.
 	fast := Request{Key: testKey(prefix, "fast"), Limit: 20, Period: time.Second, Burst: 1, Hits: 1}
 	bt(fast)

@@ -30,6 +30,7 @@ func console(t *testing.T) *Client {
 	post := func(path, csrf, body string, out any) {
 		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
 		req.Header.Set("X-CSRF-Token", csrf)
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -71,7 +71,7 @@ async function visit(path: string): Promise<void> {
 
 // signedIn signs admin in unless the page shows a signed-in console.
 async function signedIn(): Promise<void> {
-  if (!(await page.getByRole('button', { name: 'Sign out' }).isVisible())) await signIn(page, base + '/domains', password);
+  if (!(await page.getByRole('button', { name: 'Sign out', exact: true }).isVisible())) await signIn(page, base + '/domains', password);
 }
 
 // useTheme picks t with the header's toggle (system → light → dark).

@@ -727,7 +727,7 @@ describe('the console UI', () => {
 
   it('signs out, and the old session no longer works', async () => {
     await go('/domains', 'Domains');
-    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click();
     await page.getByRole('heading', { name: 'Sign in to Sluice' }).waitFor();
     expect(await page.evaluate(() => fetch('/api/v1/me').then((r) => r.status))).toBe(401);
   });

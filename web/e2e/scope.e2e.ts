@@ -72,6 +72,29 @@ describe('team-owned domains', () => {
     expect(await team.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Users' }).count()).toBe(0);
   });
 
+  it('offers the review of a pending change only to an editor of the domains it touches', async () => {
+    await admin.call('PUT', '/api/v1/settings', { require_approval: true });
+    const { version } = await admin.call<{ version: number }>('GET', '/api/v1/ruleset');
+    const ids: Record<string, number> = {};
+    for (const d of ['api', 'search']) {
+      const body = { yaml: yaml(d).replace('10}', '20}'), message: `raise ${d}`, base_version: version };
+      ids[d] = (await admin.call<{ change: { id: number } }>('PUT', `/api/v1/domains/${d}`, body, 202)).change.id;
+    }
+    try {
+      await team.goto(`${base}/approvals`);
+      const card = (d: string) => team.locator('section', { has: team.locator(`#change-${ids[d]}`) });
+      await card('search').waitFor();
+      await card('api').getByRole('button', { name: 'Approve and publish' }).waitFor();
+      expect(await card('search').getByRole('button', { name: 'Approve and publish' }).count()).toBe(0);
+      expect(await card('search').getByRole('button', { name: 'Reject' }).count()).toBe(0);
+      expect(await card('search').getByTestId('scope-review').textContent()).toContain('holds for api only');
+    } finally {
+      for (const id of Object.values(ids)) await admin.call('POST', `/api/v1/changes/${id}/reject`, { message: 'test over' });
+      await admin.call('PUT', '/api/v1/settings', { require_approval: false });
+    }
+    expect(problems).toEqual([]);
+  });
+
   it('lets an admin grant domains and end a user’s session', async () => {
     await signIn(adminPage, base, password);
     await adminPage.goto(`${base}/users`);
@@ -119,6 +142,51 @@ describe('team-owned domains', () => {
     const stream = await admin.call<Record<string, unknown>>('GET', '/api/v1/audit/stream');
     expect(stream).toMatchObject({ url: 'https://siem.example.com/in', enabled: true, secret_set: true });
     expect(JSON.stringify(stream)).not.toContain('a-secret-of-some-length');
+    expect(problems).toEqual([]);
+  });
+
+  it('creates a token scoped to domains, read-only, and hands it over to a user it then acts for', async () => {
+    await adminPage.goto(`${base}/tokens`);
+    const form = adminPage.locator('form', { has: adminPage.getByRole('heading', { name: 'New token' }) });
+    await form.getByLabel('Name').fill('search-bot');
+    await form.getByLabel('Role').selectOption('admin');
+    await form.getByTestId('token-domains').fill('search');
+    await form.getByLabel('Read-only').check();
+    await form.getByRole('button', { name: 'Create token' }).click();
+    await adminPage.getByTestId('new-token').waitFor();
+    const row = adminPage.getByTestId('tokens').locator('tr', { has: adminPage.locator('td strong').getByText('search-bot', { exact: true }) });
+    await expect.poll(async () => row.textContent()).toContain('read-only');
+    expect(await row.textContent()).toContain('search');
+
+    await row.getByRole('button', { name: 'Hand over…' }).click();
+    await adminPage.getByRole('dialog').getByLabel('New owner (username)').fill('apiteam');
+    await adminPage.getByRole('dialog').getByRole('button', { name: 'Hand over' }).click();
+    await adminPage.getByText('Token search-bot now acts for apiteam (as editor).').waitFor();
+    await expect.poll(async () => row.textContent()).toContain('acts for apiteam');
+    expect(await row.textContent()).toContain('acts as editor');
+    const list = await admin.call<{ tokens: { name: string; domains: string[]; read_only: boolean; owner: string; effective_role: string }[] }>(
+      'GET',
+      '/api/v1/tokens',
+    );
+    expect(list.tokens.find((t) => t.name === 'search-bot')).toMatchObject({ domains: ['search'], read_only: true, owner: 'apiteam', effective_role: 'editor' });
+    expect(problems).toEqual([]);
+  });
+
+  it('signs out everywhere: every session of the user ends, not just this one', async () => {
+    const otherContext = await browser.newContext();
+    try {
+      const other = await otherContext.newPage();
+      await watch(other, problems);
+      await signIn(other, base, password);
+      await adminPage.goto(`${base}/domains`);
+      await adminPage.getByRole('button', { name: 'Sign out everywhere' }).click();
+      await adminPage.getByRole('heading', { name: 'Sign in to Sluice' }).waitFor();
+      await other.goto(`${base}/domains`);
+      await other.getByRole('heading', { name: 'Sign in to Sluice' }).waitFor();
+      expect(await other.evaluate(() => fetch('/api/v1/me').then((r) => r.status))).toBe(401);
+    } finally {
+      await otherContext.close();
+    }
     expect(problems).toEqual([]);
   });
 });

@@ -3195,12 +3195,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": {
-                            /** Format: int64 */
-                            id: number;
-                            /** Format: int64 */
-                            version: number;
-                        };
+                        "application/json": components["schemas"]["OverrideCreated"];
                     };
                 };
                 202: components["responses"]["Proposed"];
@@ -3710,9 +3705,9 @@ export interface components {
              */
             version: number;
             /** Format: date-time */
-            created_at?: string;
+            created_at: string;
             /** @description Published without approval although approval was required (break-glass). */
-            urgent?: boolean;
+            urgent: boolean;
             /**
              * Format: int64
              * @description The change request that approved it, if any.
@@ -3722,12 +3717,24 @@ export interface components {
              * Format: int64
              * @description The version without it, once it expired or ended.
              */
-            ended_version?: number | null;
+            ended_version: number | null;
             /** Format: date-time */
-            ended_at?: string | null;
+            ended_at: string | null;
             /** @description Who ended it: `system` when it expired. */
             ended_by?: string;
             end_message?: string;
+        };
+        OverrideCreated: {
+            /**
+             * Format: int64
+             * @description The override's id.
+             */
+            id: number;
+            /**
+             * Format: int64
+             * @description The version that published it.
+             */
+            version: number;
         };
         OverrideEntry: {
             key: string;
@@ -4292,7 +4299,7 @@ export interface components {
              * @description "" when unlimited.
              * @enum {string}
              */
-            unit: "second" | "minute" | "hour" | "day" | "week" | "month" | "year";
+            unit: "" | "second" | "minute" | "hour" | "day" | "week" | "month" | "year";
             /** Format: int64 */
             used: number;
             /** Format: int64 */
@@ -4306,11 +4313,11 @@ export interface components {
              * Format: int64
              * @description used + remaining: the burst of a bucket, else requests_per_unit.
              */
-            capacity?: number;
-            shadow_mode?: boolean;
-            unlimited?: boolean;
+            capacity: number;
+            shadow_mode: boolean;
+            unlimited: boolean;
             /** @description The store keys the limit is counted on (summed here). */
-            shards?: number;
+            shards: number;
         };
         Inspection: {
             /**
@@ -4333,8 +4340,11 @@ export interface components {
                 descriptor: number;
                 rule: string;
             }[];
-            /** @description The store keys deleted (a counter that was never used has none). */
-            keys?: number;
+            /**
+             * Format: int64
+             * @description The store keys deleted (a counter that was never used has none).
+             */
+            keys: number;
         };
     };
     responses: {

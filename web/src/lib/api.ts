@@ -174,6 +174,36 @@ export function canEdit(role: string | undefined): boolean {
   return role === 'editor' || role === 'admin';
 }
 
+/** canSupport reports whether a role may reset counters and grant overrides (support, editor, admin). */
+export function canSupport(role: string | undefined): boolean {
+  return role === 'support' || canEdit(role);
+}
+
+/**
+ * canEditDomain reports whether me may publish to domain: an editor or
+ * admin whose role holds for that domain (every domain, or it is listed).
+ * The console checks again; this only hides what would be refused.
+ */
+export function canEditDomain(me: Partial<Pick<Me, 'role' | 'domains' | 'all_domains' | 'read_only'>> | null | undefined, domain: string): boolean {
+  if (!me || me.read_only || !canEdit(me.role)) return false;
+  return me.all_domains !== false || (me.domains ?? []).includes(domain);
+}
+
+/** Session is a live sign-in of a user. */
+export type Session = Schemas['Session'];
+
+/** SessionsEnded is how many sessions a sign-out or revoke ended. */
+type SessionsEnded = JSONOf<components['responses']['SessionsEnded']>;
+
+/** signOutEverywhere ends every session of the signed-in user, this one included. */
+export async function signOutEverywhere(): Promise<void> {
+  try {
+    await request<SessionsEnded>('DELETE', '/me/sessions', undefined, { quiet401: true });
+  } finally {
+    sessionStorage.removeItem(csrfKey);
+  }
+}
+
 // --- rules -------------------------------------------------------------------
 
 /** DomainRevision is a domain's YAML and the version that last changed it. */
@@ -310,6 +340,12 @@ export function settings(): Promise<Settings> {
   return request<Settings>('GET', '/settings');
 }
 
+/** setSessionLifetimes changes the session timeouts, in seconds (admin). */
+export function setSessionLifetimes(idleS: number, absoluteS: number): Promise<Settings> {
+  const body: Partial<Schemas['SettingsRequest']> = { session_idle_s: idleS, session_absolute_s: absoluteS };
+  return request<Settings>('PUT', '/settings', body);
+}
+
 /** ChangeRequest is a publish waiting for a second person (four-eyes). */
 export type ChangeRequest = Schemas['ChangeRequest'];
 
@@ -376,6 +412,21 @@ export function verifyAudit(): Promise<Verification> {
   return request<Verification>('GET', '/audit/verify');
 }
 
+/** AuditStream is the SIEM webhook every audit event is delivered to, and its progress. */
+export type AuditStream = Schemas['AuditStream'];
+
+/** auditStream reads the audit stream's settings and progress (admin). */
+export function auditStream(): Promise<AuditStream> {
+  return request<AuditStream>('GET', '/audit/stream');
+}
+
+/** setAuditStream configures the audit stream; an empty secret keeps the one set (admin). */
+export function setAuditStream(url: string, secret: string, enabled: boolean): Promise<AuditStream> {
+  const body: Partial<Schemas['AuditStreamRequest']> = { url, enabled };
+  if (secret !== '') body.secret = secret;
+  return request<AuditStream>('PUT', '/audit/stream', body);
+}
+
 // --- nodes ---------------------------------------------------------------------
 
 /** NodeInfo is an enforcer as the console last saw it. */
@@ -400,9 +451,37 @@ export async function users(): Promise<User[]> {
   return out.users;
 }
 
-/** createUser adds an account (admin). */
-export function createUser(username: string, password: string, role: string): Promise<User> {
-  return request<User>('POST', '/users', { username, password, role });
+/** Role is what a console account may do. */
+export type Role = User['role'];
+
+/** parseDomains reads a comma- or space-separated domain list; empty means every domain. */
+export function parseDomains(text: string): string[] {
+  return [...new Set(text.split(/[\s,]+/).filter((d) => d !== ''))];
+}
+
+/** createUser adds an account (admin); domains [] means every domain. */
+export function createUser(username: string, password: string, role: Role, domains: string[] = []): Promise<User> {
+  const body: Schemas['UserCreateRequest'] = { username, password, role };
+  if (domains.length) body.domains = domains;
+  return request<User>('POST', '/users', body);
+}
+
+/** setUserDomains changes the domains a user's role holds for; [] means every domain (admin). */
+export function setUserDomains(id: number, domains: string[]): Promise<User> {
+  const body: Schemas['DomainsRequest'] = { domains };
+  return request<User>('PUT', `/users/${seg(id)}/domains`, body);
+}
+
+/** userSessions lists a user's live sessions (admin). */
+export async function userSessions(id: number): Promise<Session[]> {
+  const out = await request<Reply<'/api/v1/users/{id}/sessions', 'get'>>('GET', `/users/${seg(id)}/sessions`);
+  return out.sessions;
+}
+
+/** endSessions ends one session of a user, or all of them when sid is omitted (admin); returns how many ended. */
+export async function endSessions(id: number, sid?: number): Promise<number> {
+  const path = sid === undefined ? `/users/${seg(id)}/sessions` : `/users/${seg(id)}/sessions/${seg(sid)}`;
+  return (await request<SessionsEnded>('DELETE', path)).ended;
 }
 
 /** setUserDisabled disables or re-enables an account (admin). */
@@ -433,11 +512,23 @@ export async function tokens(): Promise<Token[]> {
   return out.tokens;
 }
 
+/** TokenOptions are a new token's scope: its domains and read-only flag, or (node tokens) its fleet flag. */
+export type TokenOptions = Pick<Schemas['TokenCreateRequest'], 'domains' | 'read_only' | 'fleet'>;
+
 /** createToken makes a token; expiresIn is a Go duration ("720h") or "" for never. */
-export function createToken(name: string, role: string, expiresIn: string): Promise<NewToken> {
-  const body: Record<string, string> = { name, role };
+export function createToken(name: string, role: Token['role'], expiresIn: string, opts: TokenOptions = {}): Promise<NewToken> {
+  const body: Schemas['TokenCreateRequest'] = { name, role };
   if (expiresIn !== '') body.expires_in = expiresIn;
+  if (opts.domains?.length) body.domains = opts.domains;
+  if (opts.read_only) body.read_only = true;
+  if (opts.fleet) body.fleet = true;
   return request<NewToken>('POST', '/tokens', body);
+}
+
+/** setTokenOwner hands a token to another enabled user, whom it then acts for (admin). */
+export function setTokenOwner(id: number, owner: string): Promise<Token> {
+  const body: Schemas['TokenOwnerRequest'] = { owner };
+  return request<Token>('PUT', `/tokens/${seg(id)}/owner`, body);
 }
 
 /** disableToken stops a token from working, at once. */
@@ -629,4 +720,82 @@ export type LimitInfo = Schemas['Limit'];
 export function previewDraft(domain: string, yaml: string): Promise<Preview> {
   const body: Schemas['PreviewRequest'] = { domain, yaml };
   return request<Preview>('POST', '/preview', body);
+}
+
+// --- support desk ----------------------------------------------------
+
+/** DomainConfig is a domain's structured form, field for field like its YAML. */
+export type DomainConfig = Schemas['DomainConfig'];
+
+/** Entry is one key and value of a request descriptor. */
+export type Entry = Schemas['Entry'];
+
+/** Inspection is POST /inspect: the limits a customer's descriptors match, with their live counters. */
+export type Inspection = Schemas['Inspection'];
+
+/** InspectedLimit is one matched limit and its counter. */
+export type InspectedLimit = Schemas['InspectedLimit'];
+
+/** inspect reads the limits the descriptors match and their counters (reading consumes nothing). */
+export function inspect(domain: string, descriptors: Entry[][]): Promise<Inspection> {
+  const body: Schemas['InspectRequest'] = { domain, descriptors: descriptors.map((entries) => ({ entries })) };
+  return request<Inspection>('POST', '/inspect', body);
+}
+
+/** ResetResult is what POST /inspect/reset reset. */
+export type ResetResult = Schemas['ResetResult'];
+
+/** resetCounters starts the counters of the descriptors' limits afresh (support+; audited with the message). */
+export function resetCounters(domain: string, descriptors: Entry[][], message: string): Promise<ResetResult> {
+  const body: Schemas['ResetRequest'] = { domain, descriptors: descriptors.map((entries) => ({ entries })), message };
+  return request<ResetResult>('POST', '/inspect/reset', body);
+}
+
+/** Override is a temporary override and its status. */
+export type Override = Schemas['Override'];
+
+/** OverrideRequest is what POST /overrides takes. */
+export type OverrideRequest = Schemas['OverrideRequest'];
+
+/** overrides lists a domain's overrides, newest first (one page of at most limit). */
+export async function overrides(domain: string, limit = 100): Promise<Override[]> {
+  const out = await request<Reply<'/api/v1/overrides', 'get'>>('GET', `/overrides${query({ domain, limit })}`);
+  return out.overrides;
+}
+
+/**
+ * OverrideResult is an override's answer: published (201, its id and
+ * version), or (four-eyes on, not urgent) the change request (202).
+ */
+export type OverrideResult = Partial<Reply<'/api/v1/overrides', 'post', 201>> & Partial<Proposed>;
+
+/** createOverride publishes a temporary override (support+). */
+export async function createOverride(o: OverrideRequest): Promise<OverrideResult> {
+  const a = await send<Reply<'/api/v1/overrides', 'post', 201> | Proposed>('POST', '/overrides', o);
+  if (a.status === 202) return { change: (a.body as Proposed).change };
+  return a.body as Reply<'/api/v1/overrides', 'post', 201>;
+}
+
+/** endOverride publishes a version without the override (support+). */
+export async function endOverride(id: number, message: string): Promise<number> {
+  const body: Schemas['ReviewRequest'] = { message };
+  const out = await request<Published>('DELETE', `/overrides/${seg(id)}`, body);
+  return out.version;
+}
+
+/** RecentValue is a value limited in the last 24 hours or with quota usage now. */
+export type RecentValue = Schemas['RecentValue'];
+
+/** recentValues lists a domain's recent values starting with prefix (autocomplete). */
+export async function recentValues(domain: string, prefix: string, limit = 20): Promise<RecentValue[]> {
+  const out = await request<Reply<'/api/v1/stats/values/recent', 'get'>>('GET', `/stats/values/recent${query({ domain, prefix, limit })}`);
+  return out.values;
+}
+
+/** ValueHistory is one value's 429s per rule and minute. */
+export type ValueHistory = Schemas['ValueHistory'];
+
+/** valueHistory returns one value's 429s per minute over the last 24 hours. */
+export function valueHistory(domain: string, value: string): Promise<ValueHistory> {
+  return request<ValueHistory>('GET', `/stats/values${query({ domain, value })}`);
 }

@@ -19,6 +19,7 @@ describe('matchRoute', () => {
     ['/traffic', 'traffic', {}],
     ['/alerts', 'alerts', {}],
     ['/quotas', 'quotas', {}],
+    ['/customers', 'customers', {}],
     ['/nope', 'not-found', {}],
     ['/domains/%E0%A4%A', 'domain', { name: '%E0%A4%A' }],
   ])('%s → %s', (path, page, params) => {

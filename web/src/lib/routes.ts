@@ -15,6 +15,7 @@ export const pages = [
   'traffic',
   'alerts',
   'quotas',
+  'customers',
   'not-found',
 ] as const;
 
@@ -48,6 +49,7 @@ export function matchRoute(path: string): Route {
     case 'traffic':
     case 'alerts':
     case 'quotas':
+    case 'customers':
       if (parts.length === 1) return r(a);
       break;
   }

@@ -14,6 +14,8 @@ class Session {
 
   role = $derived(this.me?.role ?? '');
   canEdit = $derived(api.canEdit(this.me?.role));
+  /** Resets and overrides: support staff, editors and admins. */
+  canSupport = $derived(api.canSupport(this.me?.role));
   isAdmin = $derived(this.me?.role === 'admin' && this.me?.all_domains !== false);
   /** mayMintTokens: admins, of every domain or some (their tokens are no wider than they are). */
   mayMintTokens = $derived(this.me?.role === 'admin' && !this.me?.read_only);
