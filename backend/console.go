@@ -62,6 +62,9 @@ type Config struct {
 	// with a password, and everyone else through OIDC.
 	PasswordLogin   string
 	BreakGlassUsers []string
+	// PasswordCost is the bcrypt cost of the passwords the console stores
+	// (bcrypt.DefaultCost when zero); tests lower it. No flag sets it.
+	PasswordCost int
 	// Limits bound the server's client connections: header and request
 	// read timeouts, idle keep-alive, open connections. A zero field takes
 	// serve's default (serve.DefaultRead and the others).
@@ -136,7 +139,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL)
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.PasswordCost(cfg.PasswordCost))
 	if err != nil {
 		return err
 	}

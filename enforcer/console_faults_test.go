@@ -124,6 +124,7 @@ func (c *fakeConsole) publish(v int64) {
 // node enforces its last-known-good version throughout, reconnects with
 // backoff (no storm), and has the new version soon after the fault is gone.
 func TestConsoleFaultsUnderLoad(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	if testing.Short() {
 		t.Skip("fault test puts load through a proxy")
 	}

@@ -151,6 +151,7 @@ func post(t *testing.T, url, body string) *http.Response {
 }
 
 func TestRunEndToEnd(t *testing.T) {
+	t.Parallel()
 	domains := []wire.DomainConfig{{Name: "api", YAML: apiYAML}}
 	snap := wire.Snapshot{Type: wire.TypeSnapshot, Version: 3, Checksum: wire.Checksum(domains), Domains: domains, NodeCount: 1}
 	consoleURL, hellos, answers := fakeConsole(t, "tok", snap)
@@ -253,6 +254,7 @@ func TestRunEndToEnd(t *testing.T) {
 }
 
 func TestRunNotReadyWithoutRuleset(t *testing.T) {
+	t.Parallel()
 	cfg := enforcer.Config{
 		Config: node.Config{
 			ConsoleURL: "http://127.0.0.1:1", // nobody there
@@ -275,6 +277,7 @@ func TestRunNotReadyWithoutRuleset(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	base := enforcer.Config{Config: node.Config{ConsoleURL: "http://console", RedisURL: "redis://127.0.0.1:6379/0"}, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"}
 	tests := []struct {
 		name string
@@ -299,6 +302,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 }
 
 func TestRunGatewayMode(t *testing.T) {
+	t.Parallel()
 	const webYAML = `domain: web
 descriptors:
   - key: remote_address
@@ -356,6 +360,7 @@ descriptors:
 }
 
 func TestRunGatewayConfigErrors(t *testing.T) {
+	t.Parallel()
 	base := enforcer.Config{Config: node.Config{ConsoleURL: "http://127.0.0.1:9", RedisURL: "redis://127.0.0.1:9/0", NodeID: "n"}, GatewayAddr: "127.0.0.1:0"}
 	for name, mod := range map[string]func(*enforcer.Config){
 		"no upstream":       func(c *enforcer.Config) { c.GatewayDomain = "web" },

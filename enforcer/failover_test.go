@@ -275,6 +275,7 @@ func newNodeStore(client redis.UniversalClient) *recordingStore {
 // notices its replica gone within a second) and the failure mode answers
 // them instead.
 func TestSentinelFailoverUnderLoad(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	if testing.Short() {
 		t.Skip("failover test runs private redis-servers and sentinels")
 	}
@@ -324,6 +325,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 // TestClusterFailoverUnderLoad kills the Redis Cluster master serving the
 // limits' slot under load; its replica takes over.
 func TestClusterFailoverUnderLoad(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	if testing.Short() {
 		t.Skip("failover test runs a private Redis Cluster")
 	}

@@ -15,6 +15,7 @@ import (
 // Redis decides again by itself once the fault is gone, with nothing it
 // admitted lost.
 func TestRedisFaultsUnderLoad(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	if testing.Short() {
 		t.Skip("fault test puts load through a proxy")
 	}

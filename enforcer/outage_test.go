@@ -114,6 +114,7 @@ func p99(ss []sample) time.Duration {
 // failure mode and checks what callers see during the outage and after
 // Redis returns.
 func TestRedisOutageUnderLoad(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	if testing.Short() {
 		t.Skip("outage test runs a private redis-server")
 	}
@@ -275,6 +276,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 // nothing answers), the case where every call would wait for its timeout:
 // the breaker must keep checks from waiting.
 func TestRedisFrozenUnderLoad(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	if testing.Short() {
 		t.Skip("outage test runs a private redis-server")
 	}

@@ -6,6 +6,7 @@ import (
 )
 
 func TestUnitWindow(t *testing.T) {
+	t.Parallel()
 	at := func(s string) time.Time {
 		v, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
@@ -38,6 +39,7 @@ func TestUnitWindow(t *testing.T) {
 }
 
 func TestNearestWindowEnd(t *testing.T) {
+	t.Parallel()
 	end := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	for _, skew := range []time.Duration{-11 * time.Hour, -time.Second, 0, time.Second, 11 * time.Hour} {
 		for _, u := range []Unit{Day, Month} {

@@ -19,6 +19,7 @@ func mustParse(t *testing.T, src string) *Domain {
 }
 
 func TestDiff(t *testing.T) {
+	t.Parallel()
 	api := mustParse(t, `domain: api
 request_descriptors:
   - entries: [{key: api_key, from: header, name: X-API-Key}]
@@ -111,6 +112,7 @@ descriptors:
 }
 
 func TestDiffLimitBecomesUnlimited(t *testing.T) {
+	t.Parallel()
 	a := mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n    shards: 2\n")
 	b := mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n    shadow_mode: true\n")
 	got := Diff([]*Domain{a}, []*Domain{b})
@@ -132,6 +134,7 @@ func TestDiffLimitBecomesUnlimited(t *testing.T) {
 }
 
 func TestDiffPathsAreExact(t *testing.T) {
+	t.Parallel()
 	// Lyft-style names collide ("a_b" key vs key a with value b); paths do not.
 	a := mustParse(t, "domain: d\ndescriptors:\n  - key: a_b\n    rate_limit: {unit: second, requests_per_unit: 1, name: x}\n")
 	b := mustParse(t, "domain: d\ndescriptors:\n  - key: a\n    value: b\n    rate_limit: {unit: second, requests_per_unit: 1, name: x}\n")
@@ -142,6 +145,7 @@ func TestDiffPathsAreExact(t *testing.T) {
 }
 
 func TestChangeJSON(t *testing.T) {
+	t.Parallel()
 	c := Change{Kind: LimitChanged, Domain: "api", Path: []Entry{{Key: "api_key"}, {Key: "route", Value: "/x"}}, Name: "n",
 		Fields: []FieldChange{{Field: "rate_limit.requests_per_unit", Before: "1", After: "2"}}}
 	got, err := json.Marshal(c)
@@ -155,6 +159,7 @@ func TestChangeJSON(t *testing.T) {
 }
 
 func TestChangeString(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		c    Change
 		want string
@@ -174,6 +179,7 @@ func TestChangeString(t *testing.T) {
 }
 
 func TestDiffRulesets(t *testing.T) {
+	t.Parallel()
 	api := "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
 	api2 := "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
 	comment := "# only a comment\n" + api
@@ -214,6 +220,7 @@ func TestDiffRulesets(t *testing.T) {
 // algorithm change of each limit it applies to, and that writing out the
 // default is no change.
 func TestDiffDefaultAlgorithm(t *testing.T) {
+	t.Parallel()
 	const body = `descriptors:
   - key: a
     rate_limit: {unit: second, requests_per_unit: 5}

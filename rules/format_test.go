@@ -38,6 +38,7 @@ func readFixtures(t *testing.T, pattern string) map[string][]byte {
 
 // TestFormatGolden checks FormatSource against hand-checked outputs.
 func TestFormatGolden(t *testing.T) {
+	t.Parallel()
 	for file, src := range readFixtures(t, "testdata/format/*.yaml") {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			want, err := os.ReadFile(strings.TrimSuffix(file, ".yaml") + ".golden")
@@ -59,6 +60,7 @@ func TestFormatGolden(t *testing.T) {
 // parses back to the same domain and is its own canonical form, and that
 // FormatSource does the same while keeping every comment.
 func TestFormatRoundTrip(t *testing.T) {
+	t.Parallel()
 	fixtures := readFixtures(t, "testdata/valid/*.yaml")
 	for file, src := range readFixtures(t, "testdata/format/*.yaml") {
 		fixtures[file] = src
@@ -150,6 +152,7 @@ func stripComments(t *testing.T, src []byte) []byte {
 }
 
 func TestFormatDomain(t *testing.T) {
+	t.Parallel()
 	d := &Domain{
 		Name: "code",
 		RequestDescriptors: []RequestDescriptor{
@@ -216,6 +219,7 @@ descriptors:
 }
 
 func TestFormatSourceInvalid(t *testing.T) {
+	t.Parallel()
 	out, err := FormatSource("bad.yaml", []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"))
 	var ve *ValidationError
 	if !errors.As(err, &ve) || out != nil {
@@ -229,6 +233,7 @@ func TestFormatSourceInvalid(t *testing.T) {
 // TestFormatSourceDocuments checks that comments in empty documents around
 // the domain's are kept.
 func TestFormatSourceDocuments(t *testing.T) {
+	t.Parallel()
 	src := "# before\n---\n# head\ndomain: a\n...\n---\n# after\n"
 	got, err := FormatSource("a.yaml", []byte(src))
 	if err != nil {

@@ -45,6 +45,7 @@ func (w lyftWant) none() bool { return w == lyftWant{} }
 // unchanged and matches the requests its tests (test/config/config_test.go)
 // and README make, expecting the limits they assert.
 func TestLyftConfigs(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		file, domain, entries string
 		want                  lyftWant
@@ -130,6 +131,7 @@ func TestLyftConfigs(t *testing.T) {
 // matches counts against one counter, level by level; other values and
 // levels keep their own.
 func TestLyftShareThreshold(t *testing.T) {
+	t.Parallel()
 	_, s := lyftFile(t, "share_threshold.yaml")
 	tests := []struct {
 		a, b   string
@@ -171,6 +173,7 @@ func TestLyftShareThreshold(t *testing.T) {
 // TestLyftMetadata checks that metadata is kept, as written, and survives
 // formatting.
 func TestLyftMetadata(t *testing.T) {
+	t.Parallel()
 	d, _ := lyftFile(t, "metadata.yaml")
 	want := map[string]any{"service_with_quota": map[string]any{"name": "service_2"}}
 	if diff := gocmp.Diff(want, d.Descriptors[1].Metadata); diff != "" {
@@ -189,6 +192,7 @@ func TestLyftMetadata(t *testing.T) {
 }
 
 func TestWildcardMatch(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		pattern, value string
 		want           bool
@@ -222,6 +226,7 @@ func TestWildcardMatch(t *testing.T) {
 // TestLyftUnitMultiplier: a limit's period is its unit times
 // unit_multiplier, and a multiplier of 0 is refused, as Lyft refuses it.
 func TestLyftUnitMultiplier(t *testing.T) {
+	t.Parallel()
 	_, s := lyftFile(t, "unit_multiplier.yaml")
 	if l := s.Match("test-domain", entries("key1=a")); l.Period != 5*time.Minute {
 		t.Errorf("key1: period %v, want 5m", l.Period)
@@ -242,6 +247,7 @@ func TestLyftUnitMultiplier(t *testing.T) {
 // TestMetadataRoundTrip: whatever a metadata mapping holds survives Format
 // and FormatSource (comments included), and reads back the same.
 func TestMetadataRoundTrip(t *testing.T) {
+	t.Parallel()
 	src := []byte(`domain: meta
 descriptors:
   - key: k

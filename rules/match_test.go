@@ -101,6 +101,7 @@ func entries(s string) []Entry {
 }
 
 func TestMatch(t *testing.T) {
+	t.Parallel()
 	s := mustSet(t, matchYAML)
 	tests := []struct {
 		name    string
@@ -147,6 +148,7 @@ func TestMatch(t *testing.T) {
 }
 
 func TestMatchLimit(t *testing.T) {
+	t.Parallel()
 	s := mustSet(t, matchYAML)
 	reject := OnLimit{Action: Reject, Status: 429}
 	tests := []struct {
@@ -208,6 +210,7 @@ func TestMatchLimit(t *testing.T) {
 // TestCounterEntries checks share_threshold: values matching a shared
 // wildcard count against one counter, others against their own.
 func TestCounterEntries(t *testing.T) {
+	// Not parallel: testing.AllocsPerRun refuses to run in a parallel test.
 	s := mustSet(t, `domain: files
 descriptors:
   - key: path
@@ -256,6 +259,7 @@ descriptors:
 }
 
 func TestMetricName(t *testing.T) {
+	t.Parallel()
 	s := mustSet(t, `domain: m
 descriptors:
   - key: key1
@@ -289,6 +293,7 @@ descriptors:
 }
 
 func TestRequestDescriptors(t *testing.T) {
+	t.Parallel()
 	s := mustSet(t, `domain: gw
 request_descriptors:
   - entries:
@@ -355,6 +360,7 @@ func lyftSet(t *testing.T, files ...string) *Set {
 // TestMatchLyftReadme loads every example config of envoyproxy/ratelimit's
 // README unchanged and checks that requests match as the README says.
 func TestMatchLyftReadme(t *testing.T) {
+	t.Parallel()
 	type want struct {
 		name      string // "" for no limit
 		rpu       uint32
@@ -432,6 +438,7 @@ func TestMatchLyftReadme(t *testing.T) {
 
 // TestMatchLyft checks Lyft-format configs beyond the README's examples.
 func TestMatchLyft(t *testing.T) {
+	t.Parallel()
 	s := lyftSet(t, "lyft_edge_proxy.yaml", "lyft_nested.yaml", "lyft_units.yaml", "lyft_share_threshold.yaml")
 	tests := []struct {
 		domain, entries string
@@ -487,6 +494,7 @@ func TestMatchLyft(t *testing.T) {
 
 // TestMatchPrecedence pins each rule of Lyft's matching, one case each.
 func TestMatchPrecedence(t *testing.T) {
+	t.Parallel()
 	s := mustSet(t, `domain: p
 descriptors:
   - key: k
@@ -547,6 +555,7 @@ descriptors:
 }
 
 func TestMatchAllocs(t *testing.T) {
+	// Not parallel: testing.AllocsPerRun refuses to run in a parallel test.
 	s := mustSet(t, matchYAML)
 	for _, q := range []string{"api_key=k1", "api_key=k1,route=/api/admin/x", "plan=pro,user=u1", "api_key=k1,route=/other"} {
 		es := entries(q)
@@ -557,6 +566,7 @@ func TestMatchAllocs(t *testing.T) {
 }
 
 func TestSet(t *testing.T) {
+	t.Parallel()
 	s := mustSet(t, matchYAML, "domain: web\ndescriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]", "domain: empty")
 	if got, want := s.Domains(), []string{"api", "empty", "web"}; !slices.Equal(got, want) {
 		t.Errorf("Domains() = %q, want %q", got, want)
@@ -580,6 +590,7 @@ func TestSet(t *testing.T) {
 }
 
 func TestCompileInvalid(t *testing.T) {
+	t.Parallel()
 	cyclic := make([]Descriptor, 1)
 	cyclic[0] = Descriptor{Key: "loop", Descriptors: cyclic}
 
@@ -639,6 +650,7 @@ func TestCompileInvalid(t *testing.T) {
 // TestCompileCopies checks that a Set does not change with the domains it
 // was compiled from.
 func TestCompileCopies(t *testing.T) {
+	t.Parallel()
 	d := &Domain{Name: "a", Descriptors: []Descriptor{{Key: "k", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 1, Replaces: []string{"x"}}}, {Key: "x", RateLimit: &RateLimit{Unit: Second, RequestsPerUnit: 1}}}}
 	s, err := Compile([]*Domain{d})
 	if err != nil {
@@ -816,6 +828,7 @@ func BenchmarkLoad(b *testing.B) {
 // algorithm of every limit that names none, and only of those; without it
 // the default is token_bucket.
 func TestMatchDefaultAlgorithm(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, def string
 		want      map[string]Algorithm // entry key → algorithm of its limit

@@ -50,6 +50,7 @@ func problemText(p Problem) string {
 // TestParseInvalid checks that every fixture in testdata/invalid yields
 // exactly the problems it states, at the stated positions.
 func TestParseInvalid(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("testdata/invalid/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixtures: %v", err)
@@ -104,6 +105,7 @@ func TestParseInvalid(t *testing.T) {
 // TestParseValid checks that every fixture in testdata/valid parses, and that
 // Compile accepts what Parse accepts.
 func TestParseValid(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("testdata/valid/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixtures: %v", err)
@@ -125,6 +127,7 @@ func TestParseValid(t *testing.T) {
 }
 
 func TestParseResult(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("testdata/valid/sluice.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +159,7 @@ func TestParseResult(t *testing.T) {
 }
 
 func TestParseScalars(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, yaml string
 		want       Descriptor
@@ -184,6 +188,7 @@ func TestParseScalars(t *testing.T) {
 
 // TestParseBounds checks the limits that protect against hostile input.
 func TestParseBounds(t *testing.T) {
+	t.Parallel()
 	deep := func(levels int) []byte {
 		var b strings.Builder
 		b.WriteString("domain: deep\n")
@@ -242,6 +247,7 @@ func TestParseBounds(t *testing.T) {
 }
 
 func TestParseManyProblems(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	b.WriteString("domain: d\ndescriptors:\n")
 	for range maxProblems + 10 {
@@ -261,6 +267,7 @@ func TestParseManyProblems(t *testing.T) {
 }
 
 func TestProblemString(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		p    Problem
 		want string
@@ -284,6 +291,7 @@ func TestProblemString(t *testing.T) {
 // TestParseSyntax covers syntax errors a fixture file cannot hold: on the
 // first line (where yaml.v3 gives no line at all) and in huge files.
 func TestParseSyntax(t *testing.T) {
+	t.Parallel()
 	var big strings.Builder
 	big.WriteString("domain: big\ndescriptors:\n")
 	for i := 0; big.Len() < MaxSourceBytes-100; i++ {
@@ -321,6 +329,7 @@ func TestParseSyntax(t *testing.T) {
 // TestParseLineBreaks checks that positions count lines as yaml.v3 does,
 // whatever the line breaks.
 func TestParseLineBreaks(t *testing.T) {
+	t.Parallel()
 	const src = "domain: a\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
 	for name, br := range map[string]string{"LF": "\n", "CRLF": "\r\n", "CR": "\r", "NEL": "\u0085", "LS": "\u2028"} {
 		t.Run(name, func(t *testing.T) {
@@ -337,6 +346,7 @@ func TestParseLineBreaks(t *testing.T) {
 }
 
 func TestParseDocuments(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		src, problem string // problem "" for valid
 	}{
@@ -358,6 +368,7 @@ func TestParseDocuments(t *testing.T) {
 }
 
 func TestParseAll(t *testing.T) {
+	t.Parallel()
 	a := File{Name: "a.yaml", YAML: []byte("domain: api\n")}
 	b := File{Name: "b.yaml", YAML: []byte("# the same domain again\ndomain:   api\n")}
 	bad := File{Name: "bad.yaml", YAML: []byte("domain: web\ndescriptors: 3\n")}
@@ -383,6 +394,7 @@ func TestParseAll(t *testing.T) {
 // the option's, and is checked with it in effect; one that sets its own
 // keeps it.
 func TestParseOptionsDefaultAlgorithm(t *testing.T) {
+	t.Parallel()
 	fw := ParseOptions{DefaultAlgorithm: FixedWindow}
 	d, err := fw.Parse("lyft.yaml", []byte("domain: lyft\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"))
 	if err != nil {

@@ -29,6 +29,7 @@ func loadSchema(t *testing.T) map[string]any {
 // key Format writes for a domain that sets every field must be a property
 // of the schema at that place, and every property must be written.
 func TestJSONSchemaCoversFormat(t *testing.T) {
+	t.Parallel()
 	schema := loadSchema(t)
 	if got := schema["$schema"]; got != "https://json-schema.org/draft/2020-12/schema" {
 		t.Errorf("$schema = %v", got)
@@ -86,6 +87,7 @@ func TestJSONSchemaCoversFormat(t *testing.T) {
 
 // TestJSONSchemaEnums checks the schema's value lists against the parser's.
 func TestJSONSchemaEnums(t *testing.T) {
+	t.Parallel()
 	defs := loadSchema(t)["$defs"].(map[string]any)
 	enum := func(def, prop string) []string {
 		var out []string
@@ -115,6 +117,7 @@ func TestJSONSchemaEnums(t *testing.T) {
 // files must pass; the invalid files listed must fail (the schema cannot see
 // everything Parse checks, such as duplicates or unknown replaces).
 func TestJSONSchemaValidates(t *testing.T) {
+	t.Parallel()
 	schema := loadSchema(t)
 	check := func(file string) []string {
 		src, err := os.ReadFile(file)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestUnifiedDiff(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, old, new, want string
 	}{
@@ -114,6 +115,7 @@ func TestUnifiedDiff(t *testing.T) {
 // TestUnifiedDiffRandom checks, on random texts, that the diff turns old
 // into new and changes no more lines than it must.
 func TestUnifiedDiffRandom(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	text := func() string {
 		var b strings.Builder
@@ -132,6 +134,7 @@ func TestUnifiedDiffRandom(t *testing.T) {
 }
 
 func TestUnifiedDiffLarge(t *testing.T) {
+	t.Parallel()
 	// Every line differs: the cost bound must keep this quick, and the
 	// diff must still be right.
 	var a, b strings.Builder

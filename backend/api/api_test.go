@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/sluicehq/sluice/backend/api"
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/stats"
@@ -87,16 +89,22 @@ const scopedDomain = "mine"
 // configuration.
 func newFixture(t *testing.T, opts ...func(*api.Config)) *fixture {
 	t.Helper()
+	return newFixtureCost(t, bcrypt.MinCost, opts...) // sign-ins at test speed
+}
+
+// newFixtureCost is newFixture with passwords hashed at bcrypt cost cost.
+func newFixtureCost(t *testing.T, cost int, opts ...func(*api.Config)) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	url := testenv.PostgresURL(t)
-	st, err := store.Open(ctx, url)
+	st, err := store.Open(ctx, url, store.PasswordCost(cost))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,6 +447,7 @@ func (f *fixture) seedScenarios(t *testing.T) {
 
 // TestRouteAccess probes every route with every credential.
 func TestRouteAccess(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.seedScenarios(t)
 	for _, s := range scenarios {
@@ -471,6 +480,7 @@ func excerpt(s string) string {
 // TestEveryRouteHasScenario fails when a route is added without a scenario
 // in TestRouteAccess, or a scenario names a route that does not exist.
 func TestEveryRouteHasScenario(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	have := map[string]bool{}
 	for _, s := range scenarios {
@@ -496,6 +506,7 @@ func TestEveryRouteHasScenario(t *testing.T) {
 // TestOpenAPIMatchesRoutes fails when a route is missing from the OpenAPI
 // document or the document lists one that does not exist.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var doc struct {
 		OpenAPI string                                `json:"openapi"`
@@ -544,6 +555,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // TestOpenAPIRefsResolve checks that every $ref in the document points at
 // a component that exists.
 func TestOpenAPIRefsResolve(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	_, body := f.call(t, "GET", "/api/v1/openapi.json", "", "")
 	var doc map[string]any
@@ -581,6 +593,7 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 // field in each, as a handler that drifted from openapi.yaml would: the
 // check every test's answers go through (apicheck.Handler) refuses them.
 func TestRenamedFieldFailsTheSpecCheck(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.seedScenarios(t)
 	spec, err := apicheck.Console()

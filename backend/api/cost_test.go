@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/sluicehq/sluice/backend/store"
 )
 
@@ -95,8 +97,8 @@ func TestPreviewBounded(t *testing.T) {
 // request.
 func TestSignInFloodGets503(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	f.store.SetPasswordChecks(1) // 1 running, 8 waiting
+	f := newFixtureCost(t, bcrypt.DefaultCost) // checks slow enough for the flood to queue
+	f.store.SetPasswordChecks(1)               // 1 running, 8 waiting
 	const n = 15
 	type answer struct {
 		status int

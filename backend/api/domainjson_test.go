@@ -11,6 +11,7 @@ import (
 // TestDomainJSONDefaultAlgorithm checks that the structured form keeps a
 // domain's default_algorithm and that the effective limits resolve it.
 func TestDomainJSONDefaultAlgorithm(t *testing.T) {
+	t.Parallel()
 	d, err := rules.Parse("d.yaml", []byte(`domain: d
 default_algorithm: fixed_window
 descriptors:

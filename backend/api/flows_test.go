@@ -33,6 +33,7 @@ type published struct {
 }
 
 func TestPublishFlow(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var p published
 	f.decodeJSON(t, "PUT", "/api/v1/domains/api", "editor", publishBody("api", 100, 0, "first"), 200, &p)
@@ -248,6 +249,7 @@ type changeJSON struct {
 }
 
 func TestFourEyesAPI(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.decodeJSON(t, "PUT", "/api/v1/settings", "admin", `{"require_approval":true}`, 200, nil)
 	if _, body := f.call(t, "GET", "/api/v1/settings", "viewer", ""); !strings.Contains(body, `"require_approval":true`) {
@@ -401,6 +403,7 @@ func TestFourEyesAPI(t *testing.T) {
 }
 
 func TestAuditListAndExport(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var p published
 	f.decodeJSON(t, "PUT", "/api/v1/domains/api", "editor", publishBody("api", 1, 0, `=HYPERLINK("http://evil")`), 200, &p)
@@ -534,6 +537,7 @@ func TestAuditListAndExport(t *testing.T) {
 // nothing is lost, the latest version holds every domain's last change and
 // the audit chain verifies.
 func TestConcurrentPublishAPI(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const publishers, each = 20, 3
 	type last struct {
@@ -646,6 +650,7 @@ func (f *fixture) request(method, path, cred, body string) *http.Request {
 }
 
 func TestHardening(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	huge := `{"yaml":"` + strings.Repeat("#", 3<<20) + `","message":"m"}`
 	if status, body := f.call(t, "PUT", "/api/v1/domains/api", "editor", huge); status != 413 {

@@ -14,6 +14,7 @@ import (
 // TestPublishOverTheSnapshotBoundIs422: a publish that would
 // make the snapshot larger than nodes accept gets 422 with the reason.
 func TestPublishOverTheSnapshotBoundIs422(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	big := func(name string) string {
 		y := domainYAML(name, 1) + "# "

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/sluicehq/sluice/backend/api"
 	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/sso"
@@ -54,7 +56,7 @@ func newSSOFixture(t *testing.T, providerDown bool) *ssoFixture {
 	t.Helper()
 	ctx := context.Background()
 	dbURL := testenv.PostgresURL(t)
-	st, err := store.Open(ctx, dbURL)
+	st, err := store.Open(ctx, dbURL, store.PasswordCost(bcrypt.MinCost))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ func monthly(value string, start, hits int64) wire.QuotaUsage {
 }
 
 func TestQuotasBadInput(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	tests := []struct{ name, query, want string }{
 		{"month 13", "period=2026-13", "the month must be 01 to 12"},
@@ -67,6 +68,7 @@ type quotaAnswer struct {
 }
 
 func TestQuotasTopAndPeriods(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.seedQuotas(t, monthly("a", dec2026, 5), monthly("b", dec2026, 50), monthly("c", dec2026, 7), monthly("a", nov2026, 900),
 		wire.QuotaUsage{Domain: "bill", Rule: "daily", Unit: "day", Value: "a", Start: dec2026, Hits: 3, Limit: 10},
@@ -107,6 +109,7 @@ func TestQuotasTopAndPeriods(t *testing.T) {
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestQuotasCSV(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.seedQuotas(t, monthly("=HYPERLINK(\"x\")", dec2026, 3), monthly("a,b \"quoted\"", dec2026, 2), monthly("plain", dec2026, 1))
 	resp := f.do(t, "GET", "/api/v1/quotas?period=2026-12&format=csv", "viewer", "", nil)
@@ -142,6 +145,7 @@ func TestQuotasCSV(t *testing.T) {
 // the masked form (in JSON and CSV) and refuses their value look-ups;
 // editors see values.
 func TestQuotasMaskedForViewers(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	if status, body := f.call(t, "PUT", "/api/v1/alerts", "admin", `{"domains":{"bill":{"mask_values":true}}}`); status != 200 {
 		t.Fatalf("PUT alerts = %d %s", status, body)

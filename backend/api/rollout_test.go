@@ -36,6 +36,7 @@ func (f *fixture) rolloutOf(t *testing.T, v int64) *rolloutJSON {
 // TestRolloutAPI covers staging, the refusals while a version is staged,
 // promote, rollback and halt of a staged version, and bad input.
 func TestRolloutAPI(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var p published
 	f.decodeJSON(t, "PUT", "/api/v1/domains/api", "editor", publishBody("api", 100, 0, "first"), 200, &p) // 1
@@ -173,6 +174,7 @@ func TestRolloutAPI(t *testing.T) {
 // TestRolloutWithApproval: a staged publish cannot wait for approval (the
 // request would lose its rollout); an admin breaking glass stages it.
 func TestRolloutWithApproval(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var p published
 	f.decodeJSON(t, "PUT", "/api/v1/domains/api", "editor", publishBody("api", 100, 0, "first"), 200, &p)

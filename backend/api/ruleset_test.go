@@ -30,6 +30,7 @@ func (f *fixture) head(t *testing.T) int64 {
 // TestRulesetPublish: several domains set and one removed make exactly one
 // version, with one audit event per domain in the chain.
 func TestRulesetPublish(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var pub struct {
 		Version int64 `json:"version"`
@@ -89,6 +90,7 @@ func TestRulesetPublish(t *testing.T) {
 // TestRulesetRefusals: every bad request is refused with its reason and
 // publishes nothing.
 func TestRulesetRefusals(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.decodeJSON(t, "PUT", "/api/v1/ruleset", "editor",
 		rulesetBody(map[string]string{"a": domainYAML("a", 1), "b": domainYAML("b", 2)}, nil, 0, "seed"), 200, nil)
@@ -149,6 +151,7 @@ func TestRulesetRefusals(t *testing.T) {
 // TestRulesetFourEyes: with approval required a ruleset change becomes one
 // change request that a second person approves into one version.
 func TestRulesetFourEyes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.decodeJSON(t, "PUT", "/api/v1/ruleset", "editor",
 		rulesetBody(map[string]string{"a": domainYAML("a", 1), "gone": domainYAML("gone", 1)}, nil, 0, "seed"), 200, nil)

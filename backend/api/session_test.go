@@ -56,6 +56,7 @@ func (b *browser) login(username, password string) (int, string) {
 }
 
 func TestSessions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	b := f.browser(t)
 	// Wrong password and unknown user get the same answer.
@@ -136,6 +137,7 @@ func TestSessions(t *testing.T) {
 // request; disabling or rotating a token stops the old secret on the next
 // request; an expired token never works.
 func TestDisabledStopsAtOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	b := f.browser(t)
 	if status, _ := b.login("alice", "correct horse"); status != 200 {
@@ -213,6 +215,7 @@ func TestDisabledStopsAtOnce(t *testing.T) {
 }
 
 func TestLastAdminAndUserErrors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var me struct {
 		ID int64 `json:"id"`
@@ -245,6 +248,7 @@ func TestLastAdminAndUserErrors(t *testing.T) {
 // TestLoginThrottle: attempts are limited per username and per address,
 // whatever the password, and the answer names neither.
 func TestLoginThrottle(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	b := f.browser(t)
 	for i := range 10 {

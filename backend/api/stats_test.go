@@ -16,6 +16,7 @@ import (
 )
 
 func TestStatsQueriesRefuseBadRanges(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	now := time.Now().UTC()
 	at := func(d time.Duration) string { return url.QueryEscape(now.Add(d).Format(time.RFC3339)) }
@@ -47,6 +48,7 @@ func TestStatsQueriesRefuseBadRanges(t *testing.T) {
 }
 
 func TestAlertSettings(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	tests := []struct {
 		name, body string
@@ -90,6 +92,7 @@ func TestAlertSettings(t *testing.T) {
 }
 
 func TestMetricsAuth(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t) // /metrics open: the default
 	if status, _ := f.call(t, "GET", "/metrics", "", ""); status != http.StatusOK {
 		t.Errorf("open /metrics = %d, want 200", status)

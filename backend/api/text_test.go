@@ -11,6 +11,7 @@ import (
 // a path parameter gets 400 naming the field. Before, NUL reached Postgres
 // (500) and invalid UTF-8 was silently replaced with U+FFFD.
 func TestTextInputsRefuseNULAndInvalidUTF8(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.decodeJSON(t, "PUT", "/api/v1/domains/api", "editor", publishBody("api", 5, 0, "v1"), http.StatusOK, nil)
 	y := jsonString(validYAML)

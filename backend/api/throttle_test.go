@@ -55,6 +55,7 @@ func loginFrom(t *testing.T, srv *httptest.Server, ip, username, password string
 // passwords for a user from one address keep that address out, not the
 // user: the right password from another address gets in.
 func TestWrongPasswordsElsewhereDoNotLockOut(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := behindProxy(t, f)
 	counts := map[int]int{}
@@ -86,6 +87,7 @@ func TestWrongPasswordsElsewhereDoNotLockOut(t *testing.T) {
 // for the user are refused even with the right password and a refilled
 // per-address allowance, while an address without failures still signs in.
 func TestLoginBrake(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := behindProxy(t, f)
 	failed := 0
@@ -122,6 +124,7 @@ const failMemoryForTest = 15 * time.Minute
 // field never reaches the trail every viewer reads), and at most 20 an hour
 // per user; the rest are counted in sluice_console_login_failures_total.
 func TestFailedSignInAudit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := behindProxy(t, f)
 	const typedSecret = "hunter2-Typed-Into-Username"

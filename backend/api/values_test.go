@@ -8,6 +8,7 @@ import (
 )
 
 func TestValueLookupsRefuseBadInput(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.token(t, "support", "support", nil)
 	// Viewers see api's values masked: they cannot look one up.

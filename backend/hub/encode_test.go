@@ -24,6 +24,7 @@ import (
 // several versions: each version is serialized once, whatever the number
 // of nodes and of concurrent connects.
 func TestSnapshotEncodedOncePerVersion(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	dbURL := testenv.PostgresURL(t)
 	st, err := store.Open(ctx, dbURL)

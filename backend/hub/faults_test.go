@@ -197,6 +197,7 @@ func (e *env) checkHistory(baseURL string, acked []published) int64 {
 // 200 is there, the audit chain verifies, and nodes converge on the newest
 // version.
 func TestConsoleKilledDuringPublishes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.publish("seed", domainYAML("seed", 1))
 	p := e.startConsoleProcess("127.0.0.1:0")
@@ -308,6 +309,7 @@ func TestConsoleKilledDuringPublishes(t *testing.T) {
 // LISTEN/NOTIFY push resumes (a node gets the next version), and the
 // history has no gap and verifies.
 func TestPostgresRestartUnderConsole(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	e := newEnvAt(t, pg.CreateDatabase())
 	e.publish("seed", domainYAML("seed", 1))

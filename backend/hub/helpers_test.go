@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
 	"nhooyr.io/websocket"
 
 	"github.com/sluicehq/sluice/backend"
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) {
 // $DATABASE_URL and prints "listening ADDR" once it accepts connections.
 func runConsoleHelper() int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg := backend.Config{Listen: os.Getenv("SLUICE_LISTEN"), DatabaseURL: os.Getenv("DATABASE_URL"), AdminPassword: "helper-password"}
+	cfg := backend.Config{Listen: os.Getenv("SLUICE_LISTEN"), DatabaseURL: os.Getenv("DATABASE_URL"), AdminPassword: "helper-password", PasswordCost: bcrypt.MinCost}
 	err := backend.Run(context.Background(), cfg, log, io.Discard, func(a net.Addr) { fmt.Printf("listening %s\n", a) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -90,7 +91,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
 	dbURL := testenv.PostgresURL(t)
-	st, err := store.Open(ctx, dbURL)
+	st, err := store.Open(ctx, dbURL, store.PasswordCost(bcrypt.MinCost))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func (e *env) startConsoleLog(log *slog.Logger) *console {
 	addrs := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: e.dbURL, AdminPassword: "test-password"}
+		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: e.dbURL, AdminPassword: "test-password", PasswordCost: bcrypt.MinCost}
 		done <- backend.Run(ctx, cfg, log, io.Discard, func(a net.Addr) { addrs <- a })
 	}()
 	c := &console{}

@@ -49,6 +49,7 @@ func (e *env) stored(id string) (nackError string, applied int64, ok bool) {
 // nack whose error holds NUL or invalid UTF-8 is stored cleaned; and the
 // other nodes' acks keep reaching Postgres.
 func TestNULCannotPoisonTheRegistry(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v1 := e.publish("api", domainYAML("api", 10))
@@ -99,6 +100,7 @@ func TestNULCannotPoisonTheRegistry(t *testing.T) {
 // is nacked by a real node with the reason, which the registry shows; the
 // node stays connected on its version and takes the next one that fits.
 func TestNodeNacksOversizedSnapshot(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v1 := e.publish("api", domainYAML("api", 10))
@@ -160,6 +162,7 @@ func TestNodeNacksOversizedSnapshot(t *testing.T) {
 // owns the id stays connected. Disabling the token frees the id for a new
 // one, which is how an admin re-binds a node id.
 func TestNodeTokenBoundToOneNodeID(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v1 := e.publish("api", domainYAML("api", 10))
@@ -271,6 +274,7 @@ func (n *node) quotaAck(epoch string, seq int64) {
 // in a metric, the node stays connected, and the next batch with the same
 // values is taken too.
 func TestQuotaRowsCannotStrandANode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v := e.publish("bill", fmt.Sprintf(quotaDomainYAML, 100))
@@ -357,6 +361,7 @@ func (r liveRule) sums() (allowed, limited int64) {
 // counted, and a rule published afterwards, reported by another node,
 // reaches live traffic (the per-rule table did not fill up).
 func TestMadeUpRulesCannotBlindLiveStats(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v1 := e.publish("api", domainYAML("api", 10))
@@ -408,6 +413,7 @@ func TestMadeUpRulesCannotBlindLiveStats(t *testing.T) {
 // value holds NUL (a client's descriptor value) is taken: its counts reach
 // live traffic, the value cleaned by wire.Value.
 func TestNULInALimitedValueKeepsTheReport(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v := e.publish("api", domainYAML("api", 10))
@@ -450,6 +456,7 @@ func (l *lockedBuffer) count(s string) int {
 // most the node's log budget of lines; the rest are counted in a metric,
 // and the node and its nack are still registered.
 func TestNackFloodIsRateLimitedInTheLog(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var logs lockedBuffer
 	c := e.startConsoleLog(slog.New(slog.NewTextHandler(&logs, nil)))
@@ -484,6 +491,7 @@ func TestNackFloodIsRateLimitedInTheLog(t *testing.T) {
 // usage is stored under the values' wire.Value form next to a plain value's,
 // and the node stays connected, its batches acknowledged.
 func TestNULValueThroughARealNode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v := e.publish("bill", fmt.Sprintf(quotaDomainYAML, 100))

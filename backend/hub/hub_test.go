@@ -18,6 +18,7 @@ import (
 )
 
 func TestPushAckAndRegistry(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v1 := e.publish("api", domainYAML("api", 10))
@@ -74,6 +75,7 @@ func TestPushAckAndRegistry(t *testing.T) {
 }
 
 func TestNackVisibleAndNotRepushed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v1 := e.publish("api", domainYAML("api", 10))
@@ -110,6 +112,7 @@ func TestNackVisibleAndNotRepushed(t *testing.T) {
 }
 
 func TestStatsRates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	e.publish("api", "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: per-key}\n")
@@ -129,6 +132,7 @@ func TestStatsRates(t *testing.T) {
 }
 
 func TestNodeStreamAuth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	tests := []struct {
@@ -159,6 +163,7 @@ func TestNodeStreamAuth(t *testing.T) {
 // TestBadNodesClosedAlone checks that each kind of bad node is closed with
 // a clear code and reason while a good node on the same console goes on.
 func TestBadNodesClosedAlone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	good := e.connect(c.url, wire.Hello{NodeID: "good"})
@@ -204,6 +209,7 @@ func TestBadNodesClosedAlone(t *testing.T) {
 // TestSameNodeReplaced checks that a second connection with a node's id
 // replaces the first, which is told why.
 func TestSameNodeReplaced(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	first := e.connect(c.url, wire.Hello{NodeID: "n1"})
@@ -229,6 +235,7 @@ func TestSameNodeReplaced(t *testing.T) {
 // every version: the console drops the stuck node and the other one never
 // waits for it.
 func TestSlowNodeDropped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	fast := e.connect(c.url, wire.Hello{NodeID: "fast"})
@@ -261,6 +268,7 @@ func TestSlowNodeDropped(t *testing.T) {
 // the ping interval and timeout, and one that never reads but sends stats
 // stays, as its messages show it is alive.
 func TestKeepalive(t *testing.T) {
+	// Not parallel: it sets the hub's keepalive, a package variable.
 	e := newEnv(t)
 	t.Cleanup(hub.SetKeepalive(200*time.Millisecond, 200*time.Millisecond)) // runs after the console stopped
 	c := e.startConsole()

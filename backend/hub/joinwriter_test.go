@@ -29,6 +29,7 @@ func (c *recordingConn) Write(p []byte) (int, error) {
 // could come, and checks that the bytes reach the connection in order and
 // that nothing stays held.
 func TestJoinWriterKeepsOrder(t *testing.T) {
+	t.Parallel()
 	rec := &recordingConn{}
 	jw := &joinWriter{Conn: rec}
 	bw := bufio.NewWriterSize(jw, writeBufferSize)
@@ -84,6 +85,7 @@ func TestJoinWriterKeepsOrder(t *testing.T) {
 // /proc/self/io) that long frames take over a real TCP connection: one each
 // when armed, two when not.
 func TestJoinWriterOneWritePerSnapshot(t *testing.T) {
+	t.Parallel()
 	if _, err := testenv.WriteCalls(); err != nil {
 		t.Skip("no /proc/self/io:", err)
 	}

@@ -111,6 +111,7 @@ func (u usage) String() string {
 // for -soak, then requires goroutines and heap after GC back within 10% of
 // where they were after a first, shorter churn.
 func TestConsoleReconnectLoopLeaks(t *testing.T) {
+	// Not parallel: it counts the process's goroutines and heap.
 	const nodes = 200
 	e := newEnv(t)
 	e.publish("seed", domainYAML("seed", 1))

@@ -52,7 +52,7 @@ func init() {
 // quotaNode builds a node's engine (node.NewEngine, as the enforcer does)
 // on Redis and its subscription with quota usage sent every interval.
 func quotaNode(consoleURL, token, id, redisURL, prefix string, interval time.Duration, now func() time.Time) (*engine.Engine, *subscriber.Subscriber, func(), error) {
-	client, err := limiter.NewClient(redisURL, limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(redisURL, limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -142,6 +142,7 @@ var (
 // console: the usage in Postgres per value and month equals what the
 // engine admitted there.
 func TestQuotaMonthBoundaryInPostgres(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v := e.publish("bill", fmt.Sprintf(quotaDomainYAML, 5))
@@ -216,6 +217,7 @@ func TestQuotaMonthBoundaryInPostgres(t *testing.T) {
 // is a new batch; an invalid entry is dropped and its batch acked; a batch
 // invalid as a whole closes the connection.
 func TestQuotaResendCountedOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	e.publish("bill", fmt.Sprintf(quotaDomainYAML, 100))
@@ -267,6 +269,7 @@ func TestQuotaResendCountedOnce(t *testing.T) {
 // is all it loses (and never more than that), and a restarted process
 // counts on from there.
 func TestQuotaEnforcerSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	e.publish("bill", fmt.Sprintf(quotaDomainYAML, 1_000_000))
@@ -341,6 +344,7 @@ func TestQuotaEnforcerSIGKILL(t *testing.T) {
 // down; when a console is back, the node's usage in Postgres is exactly
 // what it admitted: a console blip loses nothing and counts nothing twice.
 func TestQuotaSurvivesConsoleKill(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.startConsoleProcess("127.0.0.1:0")
 	v := e.publish("bill", fmt.Sprintf(quotaDomainYAML, 1_000_000))

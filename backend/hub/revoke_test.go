@@ -17,6 +17,7 @@ import (
 // its open connection with CloseRevoked, and a version published after the
 // disable never reaches it, while a node with a live token goes on.
 func TestRevokedNodeTokenClosed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v1 := e.publish("api", domainYAML("api", 10))
@@ -90,6 +91,7 @@ func assertRevoked(t *testing.T, name string, n *node) {
 // TestFleetToken: any node id may connect with a fleet node token, but not
 // one that is connected already, nor one bound to a token of its own.
 func TestFleetToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	v1 := e.publish("api", domainYAML("api", 10))

@@ -14,6 +14,7 @@ import (
 // connect later; the others get nothing until the rollout ends, and then the
 // rollback (never the staged version, never anything older than they run).
 func TestStagedPushPerLabels(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, b := e.startConsole(), e.startConsole()
 	v1 := e.publish("api", domainYAML("api", 10))
@@ -64,6 +65,7 @@ func TestStagedPushPerLabels(t *testing.T) {
 }
 
 func TestJudge(t *testing.T) {
+	t.Parallel()
 	h := store.AutoHalt{Factor: 3, MinLimitedPerS: 5, ForS: 3}
 	for _, tc := range []struct {
 		name        string

@@ -80,6 +80,7 @@ func (e *env) put(baseURL, domain, yaml string, base int64) int64 {
 // being published: the node keeps enforcing, reconnects when the console
 // is back and catches up with what was published meanwhile.
 func TestConsoleKilledAndRestarted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.startConsoleProcess("127.0.0.1:0")
 	v1 := e.publish("api", domainYAML("api", 1))
@@ -106,6 +107,7 @@ func TestConsoleKilledAndRestarted(t *testing.T) {
 // TestNodeOfflineCatchesUp stops a node for three publishes: restarted, it
 // enforces its saved version at once and then moves to the latest.
 func TestNodeOfflineCatchesUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := e.startConsole()
 	dir := t.TempDir()
@@ -134,6 +136,7 @@ func TestNodeOfflineCatchesUp(t *testing.T) {
 // one node that knows both: a publish on either replica reaches every node,
 // and when a replica stops, its nodes that know the other move there.
 func TestTwoReplicas(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c1, c2 := e.startConsole(), e.startConsole()
 	a := e.startNode(c1.url, "a", t.TempDir())

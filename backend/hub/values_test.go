@@ -41,7 +41,7 @@ func TestValueHistoryFromANode(t *testing.T) {
 	e.publish("api", "domain: api\ndescriptors:\n  - key: customer\n    rate_limit: {unit: hour, requests_per_unit: 1, name: per-customer}\n")
 	c := e.startConsole()
 
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

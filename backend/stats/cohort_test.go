@@ -17,6 +17,7 @@ import (
 // and the rest, for the domains asked, and keeps no canary ring for rules
 // no canary reported.
 func TestCohortsFleetWide(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t)
 	t0 := time.Now().Truncate(time.Second).Add(-time.Minute)
@@ -94,6 +95,7 @@ func TestCohortsFleetWide(t *testing.T) {
 // TestPromoteMarkers: a promote is a marker in the live window and reaches
 // the streams of every replica (each polls Postgres).
 func TestPromoteMarkers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t)
 	clk := &fakeClock{t: time.Now()}

@@ -30,6 +30,7 @@ func histOf(counts [][]int64) wire.RulePreview {
 // below 32 the replay is exact; and the estimate is within 10% of the
 // truth whenever the truth is more than a few requests.
 func TestReplayBounds(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 9))
 	for trial := range 300 {
 		values := 1 + r.IntN(200)
@@ -96,6 +97,7 @@ func abs64(n int64) int64 {
 // span; each replica writes its own, and either one reads their sum. A
 // report with a bad preview is refused whole.
 func TestPreviewSpansFleetWide(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t)
 	clk := &fakeClock{t: time.Now()}
@@ -156,6 +158,7 @@ func TestPreviewSpansFleetWide(t *testing.T) {
 // TestReplayHugeCounts: counts at the bounds a report may carry neither
 // overflow nor break the bounds' order.
 func TestReplayHugeCounts(t *testing.T) {
+	t.Parallel()
 	c := int64(MaxCount) - 12345
 	p := histOf([][]int64{{c}})
 	p.Untracked, p.Requests = 1<<39, p.Requests+1<<39

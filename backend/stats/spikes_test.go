@@ -36,6 +36,7 @@ func noisy(r *rand.Rand, n int, mean, jitter float64) []float64 {
 }
 
 func TestSpikeDetection(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	steady := func(n int, mean float64) []float64 { return noisy(r, n, mean, mean/2) }
 	cat := func(parts ...[]float64) []float64 {

@@ -72,6 +72,7 @@ func report(rules ...wire.RuleStats) *wire.Stats {
 }
 
 func TestReplicasAnswerForTheFleet(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t)
 	t0 := time.Now().Truncate(time.Minute).Add(-2 * time.Minute)
@@ -167,6 +168,7 @@ func TestReplicasAnswerForTheFleet(t *testing.T) {
 // write for minutes) counts an old second but is listed as new; it must be
 // read once, not again once its second is old.
 func TestLateFrameCountedOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t)
 	clk := &fakeClock{t: time.Now()}
@@ -190,6 +192,7 @@ func TestLateFrameCountedOnce(t *testing.T) {
 }
 
 func TestBadReportsRefusedAndCounted(t *testing.T) {
+	t.Parallel()
 	st := newStore(t)
 	clk := &fakeClock{t: time.Now()}
 	a := newAggregator(t, st, "a", clk)
@@ -238,6 +241,7 @@ func TestBadReportsRefusedAndCounted(t *testing.T) {
 }
 
 func TestMaskedValues(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t)
 	clk := &fakeClock{t: time.Now()}
@@ -280,6 +284,7 @@ func TestMaskedValues(t *testing.T) {
 }
 
 func TestSlowStreamDropped(t *testing.T) {
+	t.Parallel()
 	st := newStore(t)
 	clk := &fakeClock{t: time.Now()}
 	a := newAggregator(t, st, "a", clk)
@@ -309,6 +314,7 @@ func TestSlowStreamDropped(t *testing.T) {
 }
 
 func TestHistoryRanges(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	tests := []struct {
 		name string
@@ -338,6 +344,7 @@ func TestHistoryRanges(t *testing.T) {
 }
 
 func TestDeliveriesRetried(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := newStore(t)

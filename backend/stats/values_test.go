@@ -39,6 +39,7 @@ func pointOf(h ValueHistory, rule string, m time.Time) (ValuePoint, bool) {
 }
 
 func TestValueHistory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t)
 	t0 := time.Now().Truncate(time.Minute).Add(-3 * time.Minute)
@@ -134,6 +135,7 @@ func TestValueHistory(t *testing.T) {
 // than a sketch holds keeps the values it tracked from their first
 // request exact, and a value that came in later a lower bound.
 func TestValueSketchEvicts(t *testing.T) {
+	t.Parallel()
 	var s valueSketch
 	s.add("first", 100, true)
 	for i := range sketchValues + 500 {
@@ -221,6 +223,7 @@ func BenchmarkIngestValues(b *testing.B) {
 // leave out, and a value limited more than 1/sketchValues of the minute's
 // requests is written.
 func TestValueSketchBounds(t *testing.T) {
+	t.Parallel()
 	for seed := range 10 {
 		rng := rand.New(rand.NewPCG(uint64(seed), 7))
 		zipf := rand.NewZipf(rng, 1.1, 2, 3*sketchValues)

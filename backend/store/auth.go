@@ -45,7 +45,7 @@ func (s *Store) Authenticate(ctx context.Context, username, password string) (Us
 	}
 	hash := []byte(row.PasswordHash)
 	if err != nil {
-		hash = dummyHash
+		hash = s.dummyHash // keeps an unknown user's sign-in as slow as a wrong password's
 	}
 	var mismatch bool
 	if err := s.passwords.run(ctx, func() {
@@ -61,10 +61,6 @@ func (s *Store) Authenticate(ctx context.Context, username, password string) (Us
 	}
 	return row.user(), nil
 }
-
-// dummyHash keeps the time of a login for an unknown user equal to a wrong
-// password's, so timing does not reveal which usernames exist.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("sluice-dummy-password"), bcrypt.DefaultCost)
 
 // RecordLogin appends a login or logout audit event.
 func (s *Store) RecordLogin(ctx context.Context, action, username string, actor Actor) error {

@@ -16,6 +16,7 @@ func requireApproval(t *testing.T, st *store.Store, on bool) {
 }
 
 func TestFourEyes(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	v1 := publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 1)})
@@ -128,6 +129,7 @@ func TestFourEyes(t *testing.T) {
 }
 
 func TestProposeChecksNow(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 1)})

@@ -41,6 +41,7 @@ func findNode(t *testing.T, st *store.Store, id string) store.Node {
 }
 
 func TestSaveNodesRoundTrip(t *testing.T) {
+	t.Parallel()
 	st := openNodes(t)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -65,6 +66,7 @@ func TestSaveNodesRoundTrip(t *testing.T) {
 // TestSaveNodesSessions checks that a write from an older connection of a
 // node never overwrites a newer one.
 func TestSaveNodesSessions(t *testing.T) {
+	t.Parallel()
 	st := openNodes(t)
 	ctx := context.Background()
 	t0 := time.Now().UTC().Truncate(time.Microsecond)
@@ -119,6 +121,7 @@ func TestSaveNodesSessions(t *testing.T) {
 }
 
 func TestSaveNodesBatches(t *testing.T) {
+	t.Parallel()
 	st := openNodes(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
@@ -146,6 +149,7 @@ func TestSaveNodesBatches(t *testing.T) {
 }
 
 func TestAppliedCounts(t *testing.T) {
+	t.Parallel()
 	st := openNodes(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
@@ -182,6 +186,7 @@ func TestAppliedCounts(t *testing.T) {
 // in a text or jsonb column) are reported, and every other row of the batch
 // is written.
 func TestSaveNodesRefusedRowsDoNotBlockTheOthers(t *testing.T) {
+	t.Parallel()
 	st := openNodes(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
@@ -227,6 +232,7 @@ func TestSaveNodesRefusedRowsDoNotBlockTheOthers(t *testing.T) {
 // hands back the nodes whose row belongs to another session or is not
 // connected, without touching those rows.
 func TestUpdateNodes(t *testing.T) {
+	t.Parallel()
 	st := openNodes(t)
 	ctx := context.Background()
 	t0 := time.Now().UTC().Truncate(time.Microsecond)

@@ -15,6 +15,7 @@ import (
 // refused whole (no version written for it), and the push state says who
 // gets what.
 func TestOneStagedRollout(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	act := store.Actor{Name: "test"}

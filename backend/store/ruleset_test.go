@@ -12,6 +12,7 @@ import (
 // nothing, and its change request cannot be approved once one of its
 // domains moved.
 func TestRulesetChange(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 1)}) // v1

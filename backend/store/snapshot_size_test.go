@@ -25,6 +25,7 @@ const bigDomain = wire.MaxSnapshotBytes / 16 * 99 / 100
 // refuses one whose snapshot would exceed what nodes accept, and writes
 // nothing.
 func TestSnapshotSizeRefused(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	for i := range 16 {

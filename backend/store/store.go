@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -22,12 +23,42 @@ type Store struct {
 	db  *gorm.DB
 	sql *sql.DB
 	url string // for the LISTEN session, which is not a pooled connection
+	// passwordCost is the bcrypt cost of new password hashes; dummyHash,
+	// compared for unknown users, is built at the same cost.
+	passwordCost int
+	dummyHash    []byte
 	// passwords bounds concurrent bcrypt work (see SetPasswordChecks).
 	passwords *passwordGate
 }
 
+// Option changes how Open sets up a Store.
+type Option func(*Store)
+
+// PasswordCost sets the bcrypt cost of the passwords the store hashes
+// (bcrypt.DefaultCost when zero). Tests lower it to bcrypt.MinCost. A
+// stored hash keeps the cost it was made with.
+func PasswordCost(cost int) Option {
+	return func(s *Store) {
+		if cost != 0 {
+			s.passwordCost = cost
+		}
+	}
+}
+
 // Open connects to Postgres. It does not migrate; call Migrate.
-func Open(ctx context.Context, databaseURL string) (*Store, error) {
+func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, error) {
+	st := &Store{url: databaseURL, passwordCost: bcrypt.DefaultCost, passwords: newPasswordGate(0)}
+	for _, o := range opts {
+		o(st)
+	}
+	if st.passwordCost < bcrypt.MinCost || st.passwordCost > bcrypt.MaxCost {
+		return nil, fmt.Errorf("password cost %d: want %d to %d", st.passwordCost, bcrypt.MinCost, bcrypt.MaxCost)
+	}
+	dummy, err := bcrypt.GenerateFromPassword([]byte("sluice-dummy-password"), st.passwordCost)
+	if err != nil {
+		return nil, fmt.Errorf("hash dummy password: %w", err)
+	}
+	st.dummyHash = dummy
 	db, err := gorm.Open(postgres.Open(databaseURL), &gorm.Config{
 		TranslateError:         true,
 		Logger:                 logger.Discard,
@@ -48,7 +79,8 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		sqlDB.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	return &Store{db: db, sql: sqlDB, url: databaseURL, passwords: newPasswordGate(0)}, nil
+	st.db, st.sql = db, sqlDB
+	return st, nil
 }
 
 // Close closes the connection pool.

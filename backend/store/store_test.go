@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -17,7 +18,7 @@ import (
 func open(t *testing.T) (*store.Store, string) {
 	t.Helper()
 	url := testenv.PostgresURL(t)
-	st, err := store.Open(context.Background(), url)
+	st, err := store.Open(context.Background(), url, store.PasswordCost(bcrypt.MinCost)) // fast hashing; TestPasswordCost covers the default
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +34,7 @@ func domainYAML(name string, n int) string {
 // conflict: versions must be contiguous, every change present, the audit
 // chain intact.
 func TestConcurrentPublish(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	const publishers, each = 20, 3
@@ -96,6 +98,7 @@ func TestConcurrentPublish(t *testing.T) {
 
 // TestAuditTamperDetected edits a row behind the trigger's back.
 func TestAuditTamperDetected(t *testing.T) {
+	t.Parallel()
 	st, url := open(t)
 	ctx := context.Background()
 	for i := range 3 {
@@ -140,6 +143,7 @@ func TestAuditTamperDetected(t *testing.T) {
 }
 
 func TestRollbackRestoresContent(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	a := store.Actor{Name: "x"}

@@ -69,7 +69,7 @@ func (s *Store) hashPassword(ctx context.Context, password string) (string, erro
 		hash    []byte
 		hashErr error
 	)
-	if err := s.passwords.run(ctx, func() { hash, hashErr = bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost) }); err != nil {
+	if err := s.passwords.run(ctx, func() { hash, hashErr = bcrypt.GenerateFromPassword([]byte(password), s.passwordCost) }); err != nil {
 		return "", err
 	}
 	if err := hashErr; err != nil {

@@ -11,6 +11,7 @@ import (
 )
 
 func TestLastAdminKeepsTheKeys(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	root, err := st.CreateUser(ctx, "root", "password1", store.RoleAdmin, actor)
@@ -47,6 +48,7 @@ func TestLastAdminKeepsTheKeys(t *testing.T) {
 }
 
 func TestDisableEndsSessions(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	if _, err := st.CreateUser(ctx, "admin", "password0", store.RoleAdmin, actor); err != nil {
@@ -84,6 +86,7 @@ func TestDisableEndsSessions(t *testing.T) {
 }
 
 func TestPasswords(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	u, err := st.CreateUser(ctx, "dave", "password1", store.RoleViewer, actor)
@@ -122,6 +125,7 @@ func TestPasswords(t *testing.T) {
 }
 
 func TestSessionExpiry(t *testing.T) {
+	t.Parallel()
 	st, url := open(t)
 	ctx := context.Background()
 	u, err := st.CreateUser(ctx, "erin", "password1", store.RoleViewer, actor)
@@ -151,6 +155,7 @@ func TestSessionExpiry(t *testing.T) {
 }
 
 func TestTokens(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	tok, secret, err := st.CreateToken(ctx, "ci", store.RoleEditor, nil, store.Actor{Name: "token:boot#1", Owner: "user:root"})

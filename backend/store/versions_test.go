@@ -28,6 +28,7 @@ func publish(t *testing.T, st *store.Store, c store.Change) int64 {
 }
 
 func TestPublishErrors(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 1)})                 // v1
@@ -83,6 +84,7 @@ func TestPublishErrors(t *testing.T) {
 }
 
 func TestDomainRollback(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	v1 := publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 1)})
@@ -117,6 +119,7 @@ func TestDomainRollback(t *testing.T) {
 }
 
 func TestListVersionsFilters(t *testing.T) {
+	t.Parallel()
 	st, _ := open(t)
 	ctx := context.Background()
 	bob := store.Actor{Name: "user:bob"}
@@ -179,6 +182,7 @@ func equal(a, b []int64) bool {
 // TestHistoryImmutable checks that the database itself refuses to edit
 // published versions.
 func TestHistoryImmutable(t *testing.T) {
+	t.Parallel()
 	st, url := open(t)
 	publish(t, st, store.Change{Domain: "a", YAML: domainYAML("a", 1)})
 	db, err := sql.Open("pgx", url)

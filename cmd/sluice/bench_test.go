@@ -9,6 +9,7 @@ import (
 // The flags' bounds and the target's checks refuse a run before it starts
 // (internal/bench tests the load itself).
 func TestBenchRefusesBadTargets(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--target", "203.0.113.9:8082"},
 		{"--transport", "http", "--target", "http://example.com:8081"},

@@ -132,6 +132,7 @@ func readRule(t *testing.T, path string) string {
 // version → diff exits 0; a broken file is refused with FILE:LINE and
 // publishes nothing; removed files delete domains only with --prune.
 func TestCtlRoundTrip(t *testing.T) {
+	t.Parallel()
 	c := startCtlConsole(t)
 	// A comment and odd spacing: export must keep the YAML byte for byte.
 	apiYAML := "# the public API\ndomain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute,   requests_per_unit: 100}\n"
@@ -253,6 +254,7 @@ func TestCtlRoundTrip(t *testing.T) {
 // TestCtlDrift: apply refuses when the console moved since the export
 // unless --force, and a directory never exported needs --force.
 func TestCtlDrift(t *testing.T) {
+	t.Parallel()
 	c := startCtlConsole(t)
 	c.publish(t, "api", ctlYAML("api", 1), 0)
 	dir := t.TempDir()
@@ -299,6 +301,7 @@ func TestCtlDrift(t *testing.T) {
 // TestCtlApprovalRequired: with four-eyes on, apply proposes one change
 // request and leaves the state file alone.
 func TestCtlApprovalRequired(t *testing.T) {
+	t.Parallel()
 	c := startCtlConsole(t)
 	c.publish(t, "api", ctlYAML("api", 1), 0)
 	dir := t.TempDir()
@@ -356,6 +359,7 @@ func TestCtlApprovalRequired(t *testing.T) {
 // TestCtlCommands runs the history, audit, node and token commands against
 // a real console and a real enforcer, in text and in JSON.
 func TestCtlCommands(t *testing.T) {
+	t.Parallel()
 	c := startCtlConsole(t)
 	var adminTok struct {
 		Token string `json:"token"`
@@ -530,6 +534,7 @@ func TestCtlCommands(t *testing.T) {
 // TestCtlUsage: bad flags and arguments are usage errors with status 1
 // (2 is rules diff's drift).
 func TestCtlUsage(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{"SLUICE_CONSOLE_URL": "http://127.0.0.1:1"}
 	dir := t.TempDir()
 	for _, tc := range []struct {
@@ -567,6 +572,7 @@ func TestCtlUsage(t *testing.T) {
 // TestCtlConfigFile: the console and the token may come from the config
 // file, which is warned about while others may read it.
 func TestCtlConfigFile(t *testing.T) {
+	t.Parallel()
 	c := startCtlConsole(t)
 	xdg := t.TempDir()
 	path := filepath.Join(xdg, "sluice", "ctl.yaml")
@@ -640,6 +646,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // for the added default_algorithm line, and limits that count in fixed
 // windows as Lyft's do.
 func TestCtlImportLyft(t *testing.T) {
+	t.Parallel()
 	c := startCtlConsole(t)
 	c.publish(t, "mine", ctlYAML("mine", 1), 0)
 	dir := t.TempDir()

@@ -107,6 +107,7 @@ func runDemo(t *testing.T, f *fakeEnforcer, cfg demoConfig, d time.Duration) str
 }
 
 func TestDemoTrafficSchedule(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeEnforcer(http.StatusOK)
 		logs := runDemo(t, f, testSchedule, 8*time.Second+50*time.Millisecond)
@@ -168,6 +169,7 @@ func TestDemoTrafficSchedule(t *testing.T) {
 }
 
 func TestDemoTrafficBurstRate(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeEnforcer(http.StatusTooManyRequests)
 		runDemo(t, f, testSchedule, 3*time.Second+50*time.Millisecond)
@@ -192,6 +194,7 @@ func TestDemoTrafficBurstRate(t *testing.T) {
 }
 
 func TestDemoTrafficWaitsForReady(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeEnforcer(http.StatusOK)
 		f.ready = 3 * time.Second
@@ -207,6 +210,7 @@ func TestDemoTrafficWaitsForReady(t *testing.T) {
 }
 
 func TestDemoTrafficLogsFailuresOncePerMinute(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeEnforcer(http.StatusInternalServerError)
 		logs := runDemo(t, f, testSchedule, 150*time.Second)
@@ -221,6 +225,7 @@ func TestDemoTrafficLogsFailuresOncePerMinute(t *testing.T) {
 }
 
 func TestDemoTrafficDefaults(t *testing.T) {
+	t.Parallel()
 	c := demoConfig{}.withDefaults()
 	if max := c.Rate + c.BurstRate; max > 50 {
 		t.Errorf("up to %d checks/s, want at most 50", max)

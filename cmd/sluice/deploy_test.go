@@ -195,6 +195,7 @@ const kubeDir = repoRoot + "/deploy/kubernetes"
 // on the HTTP port, and Services, PodDisruptionBudgets, the autoscaler and
 // NetworkPolicies point at pods and ports that exist.
 func TestKubernetesManifests(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile(filepath.Join(kubeDir, "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -535,6 +536,7 @@ func dockerfileUser(t *testing.T) int64 {
 // TestManifestDecodingIsStrict shows the decoding fails on what Kubernetes
 // would refuse or silently drop.
 func TestManifestDecodingIsStrict(t *testing.T) {
+	t.Parallel()
 	for name, doc := range map[string]string{
 		"unknown field":  "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {selectr: {a: b}}\n",
 		"wrong type":     "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replicas: two}\n",
@@ -556,6 +558,7 @@ func TestManifestDecodingIsStrict(t *testing.T) {
 // variables exist, and their health checks ask /healthz or /readyz on the
 // port the service listens on, with a tool the image has.
 func TestComposeFile(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile(filepath.Join(repoRoot, "docker-compose.yml"))
 	if err != nil {
 		t.Fatal(err)

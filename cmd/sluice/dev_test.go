@@ -13,6 +13,7 @@ import (
 // on: 5 a minute for k1, 10 a second for the demo keys and addresses, and
 // a shadow-mode limit on /search.
 func TestDemoDomain(t *testing.T) {
+	t.Parallel()
 	d, err := rules.Parse("demo.yaml", []byte(demoDomain))
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +54,7 @@ func TestDemoDomain(t *testing.T) {
 }
 
 func TestDevFlagsDemoTraffic(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
@@ -85,6 +87,7 @@ func TestDevFlagsDemoTraffic(t *testing.T) {
 }
 
 func TestDevBanner(t *testing.T) {
+	t.Parallel()
 	demo := demoConfig{}.withDefaults()
 	var on, off bytes.Buffer
 	devBanner(&on, "http://localhost:8080", "pw", "localhost:8081", "localhost:8082", &demo)

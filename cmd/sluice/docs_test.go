@@ -131,6 +131,7 @@ func checkBlock(t *testing.T, dir, doc string, b fence) (ok bool, output string)
 // block of the docs with a top-level domain key: an example a reader copies
 // must load.
 func TestDocsRuleExamplesPass(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	checked := 0
 	for _, doc := range docFiles(t) {
@@ -156,6 +157,7 @@ func TestDocsRuleExamplesPass(t *testing.T) {
 // rule example in a Markdown file is found and refused, and blocks that are
 // not domain files are left alone.
 func TestDocsCheckerRefusesBadExamples(t *testing.T) {
+	t.Parallel()
 	md := parseMarkdown("# T\n\n```yaml\ndomain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n```\n\n" +
 		"```yaml\nkind: Deployment\n```\n\n```sh\ndomain: not yaml here\n```\n\n   ```yaml\n   domain: ok\n   ```\n")
 	blocks := domainBlocks(md)
@@ -252,6 +254,7 @@ func loadMarkdown(path string) (markdown, error) {
 // TestDocsLinks fails on a relative link or anchor in README.md or
 // docs/*.md that leads nowhere.
 func TestDocsLinks(t *testing.T) {
+	t.Parallel()
 	// docs/api.md links to its own headings a hundred times: parse each file once.
 	cache := map[string]markdown{}
 	load := func(path string) (markdown, error) {
@@ -282,6 +285,7 @@ func TestDocsLinks(t *testing.T) {
 
 // TestDeadLinksFound shows the link check can fail.
 func TestDeadLinksFound(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	other := filepath.Join(dir, "other.md")
 	if err := os.WriteFile(other, []byte("# Other\n\n## Two words\n\n## Two words\n\n<a id=\"x\"></a>\n"), 0o600); err != nil {
@@ -343,6 +347,7 @@ func codeMetrics(t *testing.T) map[string]bool {
 // sluice_* metric the docs name (alert rules included) is registered by the
 // code, and docs/operating.md lists every metric the code registers.
 func TestDocsMetricNames(t *testing.T) {
+	t.Parallel()
 	code := codeMetrics(t)
 	nameRE := regexp.MustCompile(`\bsluice_(?:enforcer|console)_[a-z0-9_]+`)
 	for _, doc := range docFiles(t) {
@@ -382,6 +387,7 @@ func TestDocsMetricNames(t *testing.T) {
 // and checks that the ratelimit filter's domain is one the docs define and
 // that it calls the enforcer's gRPC port.
 func TestEnvoyConfigDecodes(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile(filepath.Join(repoRoot, "docs", "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -457,6 +463,7 @@ func TestEnvoyConfigDecodes(t *testing.T) {
 
 // TestEnvoyConfigCheckCanFail shows the decoding is strict.
 func TestEnvoyConfigCheckCanFail(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile(filepath.Join(repoRoot, "docs", "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ type nodeAddrs struct{ http, grpc string }
 // with burst N and a slow refill, fires 10·N concurrent checks across both
 // nodes and both APIs, and requires exactly N allowed.
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })

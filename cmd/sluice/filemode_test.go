@@ -24,6 +24,7 @@ import (
 // applied, a broken file refused with its position logged and the previous
 // rules kept, the fix applied, and the reload metrics.
 func TestFileMode(t *testing.T) {
+	t.Parallel()
 	redisURL := testenv.RedisURL(t)
 	var rnd [6]byte
 	rand.Read(rnd[:])
@@ -143,6 +144,7 @@ func TestFileMode(t *testing.T) {
 
 // TestFileModeFlags: --rules-dir excludes a console, by flag or by env.
 func TestFileModeFlags(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, tt := range []struct {
 		args []string

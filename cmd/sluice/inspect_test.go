@@ -49,7 +49,7 @@ func TestCtlInspectReset(t *testing.T) {
 	v := c.publish(t, "shop", ctlSupportYAML, 0)
 
 	// An enforcer's engine counting in the same Redis, under the same prefix.
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 )
 
 func TestUsage(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	getenv := func(string) string { return "" }
 	if err := run(context.Background(), nil, getenv, &out, &errOut); err == nil {
@@ -31,6 +32,7 @@ func TestUsage(t *testing.T) {
 // file that cannot be read stops the command with an error naming the file
 // (it used to be an empty secret).
 func TestSecretFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte("from-file\n"), 0o600); err != nil {

@@ -162,6 +162,7 @@ func (f *rollFleet) version(c *client, n int64) versionOut {
 // promote sends it to all; then a staged version whose canaries limit far
 // more than the others is halted and rolled back by the console itself.
 func TestStagedRollout(t *testing.T) {
+	// Not parallel: the halt is judged on paced traffic; other tests' load skews the rates.
 	if testing.Short() {
 		t.Skip("five enforcers and about 15 s of traffic")
 	}
@@ -340,6 +341,7 @@ func hasAudit(t *testing.T, c *client, action, actor string) bool {
 // TestEnforcerLabels: --labels and SLUICE_LABELS are checked when the
 // enforcer starts, with the bad label named.
 func TestEnforcerLabels(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, flag, env, want string
 	}{

@@ -38,6 +38,7 @@ func writeFile(t *testing.T, dir, name, content string) string {
 }
 
 func TestRulesCheck(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	good := writeFile(t, dir, "good.yaml", "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
 	bad := writeFile(t, dir, "bad.yaml", "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n    burst: 0\n")
@@ -74,6 +75,7 @@ func TestRulesCheck(t *testing.T) {
 // TestRulesCheckLyft is the acceptance test: every example config
 // of envoyproxy/ratelimit's README passes "sluice rules check" unchanged.
 func TestRulesCheckLyft(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("../../rules/testdata/valid/lyft_example*.yaml")
 	if err != nil || len(files) < 9 {
 		t.Fatalf("README examples: %v, %v", files, err)
@@ -86,6 +88,7 @@ func TestRulesCheckLyft(t *testing.T) {
 }
 
 func TestRulesFmt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	const messy = "domain: api   # the API\ndescriptors:\n  - {key: k, rate_limit: {unit: SECOND, requests_per_unit: 5}}\n"
 	const canonical = "domain: api # the API\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n"
@@ -128,6 +131,7 @@ func TestRulesFmt(t *testing.T) {
 }
 
 func TestRulesDiff(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	oldDir, newDir := filepath.Join(dir, "old"), filepath.Join(dir, "new")
 	for _, d := range []string{oldDir, newDir} {
@@ -190,6 +194,7 @@ gone: domain removed
 }
 
 func TestRulesSchema(t *testing.T) {
+	t.Parallel()
 	code, out, _ := runCLI(t, "rules", "schema")
 	var schema map[string]any
 	if err := json.Unmarshal([]byte(out), &schema); code != 0 || err != nil || schema["$defs"] == nil {

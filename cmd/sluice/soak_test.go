@@ -63,6 +63,7 @@ func (u procUsage) String() string {
 // goroutines, heap after GC and RSS back within 10% of where they were
 // after the capacity run, and no failed check.
 func TestEnforcerSoakLeaks(t *testing.T) {
+	// Not parallel: it counts the process's goroutines and heap.
 	redisURL, prefix := testenv.RedisURL(t), testenv.KeyPrefix(t)
 	dir := t.TempDir()
 	yaml := "domain: soak\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 200}\n"

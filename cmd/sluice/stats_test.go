@@ -139,6 +139,7 @@ func totals(t *testing.T, c *client, from time.Time) map[string]ruleTotals {
 // totals, the hot key, a publish marker, and exactly one spike (start and
 // end) at a webhook for a step change, none for steady traffic.
 func TestLiveTrafficFleetWide(t *testing.T) {
+	// Not parallel: spikes are judged on paced traffic; other tests' load skews the rates.
 	if testing.Short() {
 		t.Skip("about 30 s of traffic")
 	}

@@ -62,7 +62,7 @@ type fixture struct {
 // real test Redis. The ruleset is not applied yet.
 func newFixture(t *testing.T, ping func(context.Context) error) *fixture {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatalf("redis client: %v", err)
 	}
@@ -161,6 +161,7 @@ func rateLimitFields(t *testing.T, h http.Header) (policy, state map[string]map[
 }
 
 func TestHTTPCheckThenOverLimit(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"/json", "/v1/check"} {
 		t.Run(path, func(t *testing.T) {
 			f := newFixture(t, nil)
@@ -255,6 +256,7 @@ func TestHTTPCheckThenOverLimit(t *testing.T) {
 
 // TestJSONLikeLyft pins /json to envoyproxy/ratelimit's answers.
 func TestJSONLikeLyft(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	lyftBadRequest := func(t *testing.T, r reply) {
 		t.Helper()
@@ -281,6 +283,7 @@ func TestJSONLikeLyft(t *testing.T) {
 }
 
 func TestHTTPNoLimitAndUnlimited(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.apply(t)
 	r := f.do(t, "POST", "/v1/check", `{"domain":"api","descriptors":[{"entries":[{"key":"nothing","value":"x"}]},{"entries":[{"key":"internal","value":"x"}]}],"hitsAddend":5}`)
@@ -300,6 +303,7 @@ func TestHTTPNoLimitAndUnlimited(t *testing.T) {
 }
 
 func TestHTTPBadRequests(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.apply(t)
 	tests := []struct {
@@ -340,6 +344,7 @@ func TestHTTPBadRequests(t *testing.T) {
 }
 
 func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	if r := f.do(t, "GET", "/healthz", ""); r.status != 200 {
 		t.Errorf("/healthz %d, want 200", r.status)
@@ -371,6 +376,7 @@ func TestHealthAndReadiness(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.apply(t)
 	for range 3 {
@@ -399,6 +405,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestGRPCShouldRateLimit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	g := grpc.NewServer()
 	f.srv.RegisterGRPC(g)
@@ -479,6 +486,7 @@ func descriptor(key, value string) *ratelimitv3.RateLimitDescriptor {
 }
 
 func TestGRPCStatusesHitsAndHeaders(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.apply(t)
 	client := grpcClient(t, f)
@@ -549,6 +557,7 @@ func TestGRPCStatusesHitsAndHeaders(t *testing.T) {
 }
 
 func TestGRPCShadowModeCounts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.apply(t)
 	client := grpcClient(t, f)
@@ -578,6 +587,7 @@ func TestGRPCShadowModeCounts(t *testing.T) {
 }
 
 func TestGRPCLimitOverride(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.apply(t)
 	client := grpcClient(t, f)
@@ -601,7 +611,8 @@ func TestGRPCLimitOverride(t *testing.T) {
 }
 
 func TestDetailedMetricIsBounded(t *testing.T) {
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	t.Parallel()
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -645,6 +656,7 @@ func TestDetailedMetricIsBounded(t *testing.T) {
 // TestRequestBoundsOnEveryTransport: the engine's bounds of one request
 // reach clients as each transport reports an invalid request.
 func TestRequestBoundsOnEveryTransport(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.apply(t)
 	client := grpcClient(t, f)
@@ -693,6 +705,7 @@ func TestRequestBoundsOnEveryTransport(t *testing.T) {
 // rules name none (stats still count the limit under its path name), over
 // HTTP /json and gRPC alike.
 func TestCurrentLimitNameOnlyWhenNamed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.apply(t)
 	for _, tt := range []struct{ key, want string }{{"anon", ""}, {"api_key", "per-key"}} {

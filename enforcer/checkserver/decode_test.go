@@ -61,6 +61,7 @@ func descriptors(n, e int, value string) string {
 // before, the whole body (up to 1 MiB) was read and decoded first, so
 // these requests got no answer until the body ended.
 func TestBodyRefusedWhileDecoding(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.apply(t)
 	for _, tt := range []struct {

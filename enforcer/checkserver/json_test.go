@@ -45,6 +45,7 @@ func sameAsProtojson(t *testing.T, r *rlsv3.RateLimitResponse) {
 }
 
 func TestResponseJSON(t *testing.T) {
+	t.Parallel()
 	d := func(v time.Duration) *durationpb.Duration { return durationpb.New(v) }
 	for _, r := range []*rlsv3.RateLimitResponse{
 		{},
@@ -73,6 +74,7 @@ func TestResponseJSON(t *testing.T) {
 }
 
 func TestResponseJSONFallsBack(t *testing.T) {
+	t.Parallel()
 	for name, r := range map[string]*rlsv3.RateLimitResponse{
 		"headers":      {ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "a", Value: "b"}}},
 		"unknown code": {OverallCode: 42},

@@ -65,7 +65,7 @@ func compile(t testing.TB, sources ...string) *rules.Set {
 // its own, with apiYAML applied as version 1.
 func newEngine(t *testing.T) *engine.Engine {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatalf("redis client: %v", err)
 	}
@@ -121,6 +121,7 @@ func check(t *testing.T, eng *engine.Engine, r engine.Request) engine.Result {
 }
 
 func TestCheckNoRuleset(t *testing.T) {
+	t.Parallel()
 	eng := engine.New(nil, "")
 	if eng.Loaded() || eng.Version() != 0 {
 		t.Fatalf("new engine: loaded=%v version=%d, want false 0", eng.Loaded(), eng.Version())
@@ -132,6 +133,7 @@ func TestCheckNoRuleset(t *testing.T) {
 }
 
 func TestCheckInvalidRequest(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	tests := []struct {
 		name string
@@ -151,6 +153,7 @@ func TestCheckInvalidRequest(t *testing.T) {
 }
 
 func TestCheckBurstThenOverLimit(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	for i, wantRemaining := range []int64{2, 1, 0} {
 		res := check(t, eng, req(entry("api_key", "k1")))
@@ -185,6 +188,7 @@ func TestCheckBurstThenOverLimit(t *testing.T) {
 }
 
 func TestCheckNoLimitAndUnlimited(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	for range 5 {
 		res := check(t, eng, req(entry("nothing", "x"), entry("internal", "svc")))
@@ -214,6 +218,7 @@ func TestCheckNoLimitAndUnlimited(t *testing.T) {
 // A request rejected by its per-user limit must not consume the global one,
 // and one rejected by the global limit must not consume its per-user one.
 func TestCheckHierarchicalAllOrNothing(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	both := func(user string) engine.Request { return req(entry("user", user), entry("global", "all")) }
 
@@ -257,6 +262,7 @@ func TestCheckHierarchicalAllOrNothing(t *testing.T) {
 // Shadow-mode limits never reject, and their rejection does not stop the
 // real limits from counting the request.
 func TestCheckShadowMode(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	r := req(entry("plan", "free"), entry("user", "s"))
 	for i, wantUser := range []int64{1, 0} {
@@ -283,6 +289,7 @@ func TestCheckShadowMode(t *testing.T) {
 }
 
 func TestCheckHits(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	r := req(entry("api_key", "h"))
 	r.Hits = 2
@@ -302,6 +309,7 @@ func TestCheckHits(t *testing.T) {
 }
 
 func TestCheckStoreFailureModes(t *testing.T) {
+	// Not parallel: it bounds how long a check takes.
 	eng := deadStoreEngine(t)
 	tests := []struct {
 		key  string
@@ -342,6 +350,7 @@ func TestCheckStoreFailureModes(t *testing.T) {
 }
 
 func TestApplySwapsRuleset(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	if err := eng.Apply(2, compile(t, "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")); err != nil {
 		t.Fatal(err)
@@ -361,6 +370,7 @@ func TestApplySwapsRuleset(t *testing.T) {
 // Lyft's "replaces": when a request matches both, the replacing limit
 // applies and the replaced one does not.
 func TestCheckReplaces(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	set := compile(t, `domain: api
 descriptors:

@@ -35,6 +35,7 @@ func deadEngine(t *testing.T, opts ...engine.Option) *engine.Engine {
 }
 
 func TestCheckFailLocal(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		nodes       int
@@ -72,6 +73,7 @@ func TestCheckFailLocal(t *testing.T) {
 }
 
 func TestCheckFailLocalNextToClosed(t *testing.T) {
+	t.Parallel()
 	eng := deadEngine(t)
 	// A closed limit rejects: the local limit must not be charged.
 	for range 3 {
@@ -85,6 +87,7 @@ func TestCheckFailLocalNextToClosed(t *testing.T) {
 }
 
 func TestCheckBreakerCutsOffTheStore(t *testing.T) {
+	t.Parallel()
 	b := breaker.New(breaker.Config{Failures: 3, Cooldown: time.Hour})
 	eng := deadEngine(t, engine.WithBreaker(b))
 	for i := range 3 {
@@ -106,8 +109,9 @@ func TestCheckBreakerCutsOffTheStore(t *testing.T) {
 }
 
 func TestCheckInvalidStoreRequestsDoNotTripTheBreaker(t *testing.T) {
+	t.Parallel()
 	b := breaker.New(breaker.Config{Failures: 1, Cooldown: time.Hour})
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +134,9 @@ descriptors:
 }
 
 func TestCheckShards(t *testing.T) {
+	t.Parallel()
 	const limit, shards = 10, 4
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +168,8 @@ descriptors:
 }
 
 func TestCheckShaping(t *testing.T) {
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	// Not parallel: it measures the shaping delays it asserts.
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +226,7 @@ descriptors:
 }
 
 func TestStoreDown(t *testing.T) {
+	t.Parallel()
 	res := check(t, deadEngine(t), req(entry("open", "x")))
 	if !engine.StoreDown(res.StoreErr) {
 		t.Errorf("StoreDown(%v) = false for a refused connection", res.StoreErr)

@@ -35,6 +35,7 @@ func descriptors(n int, prefix string, valueBytes int) []engine.Descriptor {
 }
 
 func TestCheckRequestBounds(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	entries := func(n int) []engine.Descriptor {
 		es := make([]rules.Entry, n)
@@ -93,6 +94,7 @@ func TestCheckRequestBounds(t *testing.T) {
 // checks of a failure_mode: closed rule. The breaker must stay closed and
 // the light checks be decided by Redis.
 func TestHeavyChecksKeepTheBreakerClosed(t *testing.T) {
+	// Not parallel: its 50 ms store timeouts must hold under its own CPU-heavy load, not other tests'.
 	client, err := limiter.NewClient(testenv.RedisURL(t),
 		limiter.WithTimeout(limiter.DefaultTimeout), limiter.WithDialTimeout(limiter.DefaultTimeout))
 	if err != nil {
@@ -175,6 +177,7 @@ descriptors:
 // connections, heavy checks (over engine.HeavyLimits counted limits) alone
 // never open the breaker; light checks still do.
 func TestCheckHeavyFailuresDoNotOpenTheBreaker(t *testing.T) {
+	t.Parallel()
 	b := breaker.New(breaker.Config{Failures: 3, Cooldown: time.Hour})
 	eng := deadEngine(t, engine.WithBreaker(b))
 	heavy := engine.Request{Domain: "api", Descriptors: descriptors(engine.HeavyLimits+1, "h", 4)}
@@ -201,6 +204,7 @@ func TestCheckHeavyFailuresDoNotOpenTheBreaker(t *testing.T) {
 // reported in stats and quota usage through wire.Value, so a node never
 // builds a row the console cannot store; distinct values stay distinct.
 func TestReportedValuesAreText(t *testing.T) {
+	t.Parallel()
 	c := &clock{t: time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)}
 	eng := quotaEngine(t, c, 0)
 	bill := func(key, value string) engine.Request {

@@ -53,7 +53,7 @@ descriptors:
 // own, with inspectYAML as version 7, and the client to look at the keys.
 func inspectEngine(t *testing.T, url string) (*engine.Engine, redis.UniversalClient, string) {
 	t.Helper()
-	client, err := limiter.NewClient(url, limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(url, limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,13 +336,14 @@ func FuzzLimits(f *testing.F) {
 // while the node spends them, until it gives the rest back.
 func TestInspectLease(t *testing.T) {
 	t.Parallel()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
 	r := limiter.NewRedis(client)
-	eng := engine.New(r, testenv.KeyPrefix(t), engine.WithLeases(r, engine.LeaseOptions{MinRate: -1, Units: 20, MaxLifetime: time.Minute}))
+	eng := engine.New(r, testenv.KeyPrefix(t), engine.WithLeases(r, engine.LeaseOptions{MinRate: -1, Units: 20, MaxLifetime: time.Minute,
+		Timeout: 2 * time.Second})) // a grant past the default 50 ms on a loaded machine would never come
 	if err := eng.Apply(1, compile(t, `domain: api
 descriptors:
   - key: hot

@@ -67,7 +67,7 @@ func hot(value string) Request {
 // limit minus its remaining, read with a peek from an engine without leases.
 func used(t testing.TB, url, prefix string, set *rules.Set, value string) int64 {
 	t.Helper()
-	client, err := limiter.NewClient(url, limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(url, limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +128,7 @@ func leaseOf(t testing.TB, e *Engine, value string) (le *lease, admitted, units 
 // since a node is refused only once its own lease is spent), most of them
 // from leases.
 func TestLeaseExactAcrossEngines(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindowCounter, rules.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
@@ -201,6 +202,7 @@ func TestLeaseExactAcrossEngines(t *testing.T) {
 // that refuses consumes nothing from the lease: after Close, Redis has
 // counted exactly the admitted requests on the leased limit.
 func TestLeaseAllOrNothing(t *testing.T) {
+	t.Parallel()
 	url, prefix := testenv.RedisURL(t), testenv.KeyPrefix(t)
 	set := leaseRules(t, rules.FixedWindow, 1000, "")
 	e := leaseEngine(t, url, prefix, LeaseOptions{Units: 100, MaxLifetime: time.Minute})
@@ -239,6 +241,7 @@ func TestLeaseAllOrNothing(t *testing.T) {
 // TestLeaseReturn: the unused units of a lease go back to Redis on Close
 // and when the lease expires, for every algorithm that leases.
 func TestLeaseReturn(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	for _, tc := range []struct {
 		name string
@@ -284,6 +287,7 @@ func TestLeaseReturn(t *testing.T) {
 // lease (and checks use a new one, of the new limit); one that leaves it
 // unchanged keeps it.
 func TestLeaseRuleChange(t *testing.T) {
+	t.Parallel()
 	url, prefix := testenv.RedisURL(t), testenv.KeyPrefix(t)
 	set := leaseRules(t, rules.FixedWindow, 1000, "")
 	e := leaseEngine(t, url, prefix, LeaseOptions{Units: 100, MaxLifetime: time.Minute})
@@ -330,6 +334,7 @@ func TestLeaseRuleChange(t *testing.T) {
 // serving until it is spent; then the limit's failure mode (closed here)
 // answers.
 func TestLeaseRedisOutage(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartRedis(t)
 	set := leaseRules(t, rules.FixedWindow, 1000, "    failure_mode: closed\n")
 	e := leaseEngine(t, srv.URL(), testenv.KeyPrefix(t), LeaseOptions{Units: 100, MaxLifetime: time.Minute})
@@ -356,6 +361,7 @@ func TestLeaseRedisOutage(t *testing.T) {
 // TestLeaseHeat: a key's slot is hot once it has seen MinRate per second
 // within one interval; a new interval starts from zero.
 func TestLeaseHeat(t *testing.T) {
+	t.Parallel()
 	h := heat{seed: maphash.MakeSeed()}
 	t0 := time.Unix(1000, 0)
 	const rate = 100 // 10 per 100 ms interval

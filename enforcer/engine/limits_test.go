@@ -44,7 +44,7 @@ descriptors:
 
 func settingsEngine(t *testing.T) *engine.Engine {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +57,7 @@ func settingsEngine(t *testing.T) *engine.Engine {
 }
 
 func TestCheckCalendarWindow(t *testing.T) {
+	t.Parallel()
 	eng := settingsEngine(t)
 	now := time.Now().UTC()
 	midnight := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
@@ -88,6 +89,7 @@ func TestCheckCalendarWindow(t *testing.T) {
 }
 
 func TestCheckLeakyBucketShaping(t *testing.T) {
+	// Not parallel: it measures the shaping delays it asserts.
 	eng := settingsEngine(t)
 	shaped := func(v string) engine.Result {
 		r := req(entry("leaky", v))
@@ -128,6 +130,7 @@ func TestCheckLeakyBucketShaping(t *testing.T) {
 }
 
 func TestCheckBlocksAll(t *testing.T) {
+	t.Parallel()
 	t.Run("store down", func(t *testing.T) {
 		// The store refuses connections: a blocking limit still answers,
 		// with no store error since the store was never asked.
@@ -164,6 +167,7 @@ func TestCheckBlocksAll(t *testing.T) {
 }
 
 func TestCheckShareThreshold(t *testing.T) {
+	t.Parallel()
 	eng := settingsEngine(t)
 	// share_threshold: every /files/ path counts on one counter of 2.
 	for i, path := range []string{"/files/a", "/files/b", "/files/c"} {

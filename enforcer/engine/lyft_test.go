@@ -41,7 +41,7 @@ descriptors:
 // engine does, so that its over-limit cache answers too.
 func lyftEngine(t *testing.T) *engine.Engine {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +65,7 @@ func overridden(entries []rules.Entry, rpu uint32, unit rules.Unit) engine.Reque
 // 5/SECOND limit untouched, and a 42/HOUR override after it starts afresh,
 // while the 10/DAY one stays used up.
 func TestCheckOverrideCountsOnItsOwn(t *testing.T) {
+	t.Parallel()
 	eng := lyftEngine(t)
 	u := entry("user", "alice")
 	for i := range 10 {
@@ -101,6 +102,7 @@ func TestCheckOverrideCountsOnItsOwn(t *testing.T) {
 // consumed nothing), not 0; whether a limit rejected it by counting, by the
 // Batcher's over-limit cache or by blocking every request.
 func TestCheckRemainingWhenAnotherIsOver(t *testing.T) {
+	t.Parallel()
 	eng := lyftEngine(t)
 	two := func(user string) engine.Request {
 		return req2("lyft", entry("user", user), entry("global", "g"))
@@ -156,6 +158,7 @@ func req2(domain string, descriptors ...[]rules.Entry) engine.Request {
 // TestCheckUnitMultiplier: Lyft's unit_multiplier makes the period that
 // many units: 2 per 5 minutes refills a token every 2.5 minutes.
 func TestCheckUnitMultiplier(t *testing.T) {
+	t.Parallel()
 	eng := lyftEngine(t)
 	for i := range 2 {
 		if res := check(t, eng, req2("lyft", entry("slow", "s"))); res.Code != engine.OK {
@@ -172,6 +175,7 @@ func TestCheckUnitMultiplier(t *testing.T) {
 // Lyft; with share_threshold its values share one counter, without it each
 // value has its own.
 func TestCheckWildcardInsideValue(t *testing.T) {
+	t.Parallel()
 	eng := lyftEngine(t)
 	for i, path := range []string{"/api/users/v1", "/api/orders/v1", "/apiv1"} {
 		want := engine.OK

@@ -13,6 +13,7 @@ import (
 // its unit times its multiplier, computed without overflow and refused
 // over MaxOverridePeriod (one year).
 func TestOverridePeriodBounded(t *testing.T) {
+	t.Parallel()
 	day := 24 * time.Hour
 	for _, tt := range []struct {
 		unit       rules.Unit

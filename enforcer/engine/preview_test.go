@@ -30,6 +30,7 @@ func hb(c, n int64) wire.HistBucket { return wire.HistBucket{int64(wire.Bucket(c
 // TestTakePreview: a minute of known per-value traffic gives exactly the
 // histograms it should, once the minute is over, and not before.
 func TestTakePreview(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		eng := engine.New(limiter.NewLocal(limiter.LocalOptions{}), "pv:")
 		if err := eng.Apply(1, compile(t, previewYAML)); err != nil {
@@ -82,6 +83,7 @@ func TestTakePreview(t *testing.T) {
 // TestTakePreviewBounded: past the per-rule bound of tracked values, new
 // values count as untracked and use no memory.
 func TestTakePreviewBounded(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		eng := engine.New(limiter.NewLocal(limiter.LocalOptions{}), "pv:")
 		if err := eng.Apply(1, compile(t, previewYAML)); err != nil {

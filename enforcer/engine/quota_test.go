@@ -45,7 +45,7 @@ func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 // c and whose node clock is c plus skew.
 func quotaEngine(t *testing.T, c *clock, skew time.Duration) *engine.Engine {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +88,7 @@ func takeAll(eng *engine.Engine) map[string]int64 {
 // at injected Redis times, with the node's clock off by hours: the usage
 // the engine records per value and period is what it admitted there.
 func TestQuotaAcrossMonthBoundary(t *testing.T) {
+	t.Parallel()
 	for _, skew := range []time.Duration{0, -5 * time.Hour, 11 * time.Hour} {
 		t.Run(fmt.Sprintf("node clock %+v", skew), func(t *testing.T) {
 			c := &clock{t: time.Date(2026, 11, 30, 23, 59, 50, 0, time.UTC)}
@@ -142,6 +143,7 @@ func TestQuotaAcrossMonthBoundary(t *testing.T) {
 // not a quota, and records nothing; a day quota's period is the UTC day;
 // hits_addend counts as sent and a peek (0) not at all.
 func TestQuotaOnlyCalendarLimits(t *testing.T) {
+	t.Parallel()
 	c := &clock{t: time.Date(2026, 12, 6, 23, 0, 0, 0, time.UTC)}
 	eng := quotaEngine(t, c, 0)
 	check(t, eng, billReq(entry("token", "t1")))
@@ -162,6 +164,7 @@ func TestQuotaOnlyCalendarLimits(t *testing.T) {
 // distinct and within the bound; past engine.QuotaMaxEntries entries, new
 // ones are dropped and counted, QuotaFull having been signalled.
 func TestQuotaLongValuesAndBound(t *testing.T) {
+	t.Parallel()
 	eng := engine.New(limiter.NewLocal(limiter.LocalOptions{}), "")
 	if err := eng.Apply(1, compile(t, strings.ReplaceAll(quotaYAML, "requests_per_unit: 5, name: monthly", "requests_per_unit: 1000, name: monthly"))); err != nil {
 		t.Fatal(err)

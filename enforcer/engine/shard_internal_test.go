@@ -9,6 +9,7 @@ import (
 )
 
 func TestShardKey(t *testing.T) {
+	t.Parallel()
 	key := limiter.Key("p:", "api", []rules.Entry{{Key: "tenant", Value: "t1"}})
 	if !strings.HasSuffix(key, "}") {
 		t.Fatalf("limiter.Key %q no longer ends with its hash tag; shardKey needs updating", key)

@@ -27,6 +27,7 @@ func valueReq(v string) *Request {
 // extra values' requests stay in Limited without a value, so the console
 // can tell that the figures are lower bounds.
 func TestValuesExactAndBounded(t *testing.T) {
+	t.Parallel()
 	e := &Engine{}
 	st := &e.stats
 	l := limitOf("per-key")
@@ -82,6 +83,7 @@ func TestValuesExactAndBounded(t *testing.T) {
 // TestValuesNodeBound: over every rule, at most maxTrackedValues values are
 // tracked in one interval.
 func TestValuesNodeBound(t *testing.T) {
+	t.Parallel()
 	e := &Engine{}
 	st := &e.stats
 	rulesN := maxTrackedValues/wire.MaxValues + 4

@@ -15,6 +15,7 @@ import (
 )
 
 func TestTakeStats(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	// per-user is 2/min: u1 is limited 3 times, u2 once, u3 never.
 	for _, u := range []string{"u1", "u1", "u1", "u1", "u1", "u2", "u2", "u2", "u3"} {
@@ -60,6 +61,7 @@ func TestTakeStats(t *testing.T) {
 }
 
 func TestTakeStatsTopBounded(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	// 200 distinct users limited once each and one limited 50 times: the
 	// heavy one is reported first with its exact count, and at most
@@ -87,7 +89,8 @@ func TestTakeStatsTopBounded(t *testing.T) {
 }
 
 func TestWithoutStats(t *testing.T) {
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second))
+	t.Parallel()
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

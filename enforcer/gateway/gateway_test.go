@@ -107,7 +107,7 @@ type gw struct {
 // opts change the gateway's configuration.
 func newGateway(t *testing.T, up string, trusted []netip.Prefix, yaml string, opts ...func(*gateway.Config)) *gw {
 	t.Helper()
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second)) // a loaded machine must not fail open
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second)) // a loaded machine must not fail open
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +191,7 @@ func remaining(t *testing.T, h http.Header, name string) int64 {
 }
 
 func TestGatewayProxiesThenRejects(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, nil, "")
 
@@ -238,6 +239,7 @@ func TestGatewayProxiesThenRejects(t *testing.T) {
 }
 
 func TestGatewayTrustedProxies(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, "")
 	// Behind a trusted proxy, each forwarded client has its own budget.
@@ -259,6 +261,7 @@ func TestGatewayTrustedProxies(t *testing.T) {
 }
 
 func TestGatewayStreamsAndDropsHopByHop(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, nil, "")
 
@@ -293,6 +296,7 @@ func TestGatewayStreamsAndDropsHopByHop(t *testing.T) {
 }
 
 func TestGatewayDescriptorsFromHeaderAndPath(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, "")
 	// Distinct forwarded addresses keep per-ip out of the way; the API
@@ -312,6 +316,7 @@ func TestGatewayDescriptorsFromHeaderAndPath(t *testing.T) {
 }
 
 func TestGatewayDelay(t *testing.T) {
+	// Not parallel: it measures the delays it asserts.
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, strings.Replace(webYAML,
 		"name: slow-path}", "name: slow-path}\n        on_limit: {action: delay, max_delay: 1s}", 1))
@@ -370,6 +375,7 @@ func TestGatewayDelay(t *testing.T) {
 }
 
 func TestGatewayKeepsUpstreamRetryAfter(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, nil, "")
 	resp, _ := send(t, "GET", g.url+"/busy", nil, nil)
@@ -379,6 +385,7 @@ func TestGatewayKeepsUpstreamRetryAfter(t *testing.T) {
 }
 
 func TestGatewayUpstreamDown(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	addr := up.URL
 	up.Close()
@@ -390,6 +397,7 @@ func TestGatewayUpstreamDown(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	eng := engine.New(nil, "")
 	for name, cfg := range map[string]gateway.Config{
 		"no upstream":  {Domain: "web"},
@@ -428,6 +436,7 @@ descriptors:
 `
 
 func TestGatewayLeakyBucketDelay(t *testing.T) {
+	// Not parallel: it measures the delays it asserts.
 	up := newUpstream(t)
 	g := newGateway(t, up.URL, nil, shapedYAML)
 	const n = 5

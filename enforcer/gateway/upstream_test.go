@@ -21,6 +21,7 @@ import (
 // request, then the connection is passed through to the upstream both ways;
 // once the client's limit is spent, the upgrade is refused with 429.
 func TestGatewayWebsocketPassThrough(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, nil)
 		if err != nil {
@@ -78,6 +79,7 @@ func TestGatewayWebsocketPassThrough(t *testing.T) {
 // TestGatewayUpstreamTimeout: an upstream that does not send its response
 // headers within the transport's timeout gets the client a 504 problem.
 func TestGatewayUpstreamTimeout(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -146,6 +148,7 @@ func (h *records) failures() []int64 {
 // every request, and the gateway logs it at most once a second, with the
 // count of failures it did not log since the last line.
 func TestGatewayUpstreamDownLogsOnceASecond(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	addr := up.URL
 	up.Close()

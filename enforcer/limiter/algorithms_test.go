@@ -68,6 +68,7 @@ const (
 )
 
 func TestAlgorithmMath(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		req   Request // Hits is set per step
@@ -205,6 +206,7 @@ func delayed(d Decision, delay time.Duration) Decision {
 // both sliding windows do not share it: a full limit just before a window
 // boundary and another just after it.
 func TestWindowDoubleBurst(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		alg  rules.Algorithm
 		want int // admitted within the 2 s around the boundary
@@ -239,6 +241,7 @@ func TestWindowDoubleBurst(t *testing.T) {
 // TestRetryAfterIsExact checks, for every algorithm, that a rejected request
 // is still rejected 1 µs before its RetryAfter and allowed at it.
 func TestRetryAfterIsExact(t *testing.T) {
+	t.Parallel()
 	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.SlidingWindowCounter} {
 		for _, maxDelay := range []time.Duration{0, 300 * ms} {
 			if maxDelay > 0 && alg != rules.LeakyBucket {
@@ -284,6 +287,7 @@ func TestRetryAfterIsExact(t *testing.T) {
 // against Go's time package (which Local uses) on fixed dates and many
 // random instants from 1970 to 2200.
 func TestCalendarWindows(t *testing.T) {
+	t.Parallel()
 	stores, prefix := clockStores(t)
 	r := stores[0]
 	date := func(s string) int64 {
@@ -337,6 +341,7 @@ func TestCalendarWindows(t *testing.T) {
 // the Lua chunks are exact, including all-or-nothing Takes of several keys
 // with mixed algorithms, repeated keys, peeks and large hits.
 func TestStoresAgree(t *testing.T) {
+	t.Parallel()
 	algs := []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.SlidingWindowCounter}
 	stores, prefix := clockStores(t)
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -402,6 +407,7 @@ func TestStoresAgree(t *testing.T) {
 // fail ("arithmetic on a nil value") or over-count, and a peek of it made
 // the full 10 s limit admit.
 func TestSharedKeyDifferentPeriods(t *testing.T) {
+	t.Parallel()
 	long := Request{Algorithm: rules.SlidingWindowLog, Limit: 5, Period: 10 * s}
 	short := Request{Algorithm: rules.SlidingWindowLog, Limit: 5, Period: s}
 	with := func(req Request, hits int64) Request {
@@ -511,6 +517,7 @@ func TestSharedKeyDifferentPeriods(t *testing.T) {
 // says it is empty, while the test Redis, whose clock does not move, keeps
 // it until its real TTL; b must not still count what a let go.
 func TestStoresAgreeSharedKey(t *testing.T) {
+	t.Parallel()
 	algs := []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rules.FixedWindow, rules.SlidingWindowLog, rules.SlidingWindowCounter}
 	periods := []time.Duration{s, 2 * s, 4 * s}
 	limits := []int64{1, 2, 4, 5, 8, 10}

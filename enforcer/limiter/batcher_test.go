@@ -53,6 +53,7 @@ func randomTakes(rng *rand.Rand, prefix string, n int) [][]Request {
 // instant: one Take per call in order, then all in coalesced script calls
 // (one per 256 Takes), and wants identical decisions.
 func TestCoalescedEqualsSerial(t *testing.T) {
+	t.Parallel()
 	r, _, prefix := newTestRedis(t)
 	r.now = func() int64 { return t0 }
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -128,6 +129,7 @@ type Store interface {
 // batchers (coalescing on and off): exactly the limit is admitted for the
 // algorithms without refill during the test.
 func TestBatcherConcurrentExact(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	var cleanup redis.UniversalClient
 	for _, coalesce := range []bool{true, false} {
@@ -152,6 +154,7 @@ func TestBatcherConcurrentExact(t *testing.T) {
 }
 
 func TestBatcherAllOrNothing(t *testing.T) {
+	t.Parallel()
 	r, _, prefix := newTestRedis(t)
 	b := NewBatcher(r, BatchOptions{Timeout: accuracyTimeout})
 	ctx := context.Background()
@@ -203,6 +206,7 @@ func privateRedis(t *testing.T) (*testenv.RedisServer, *Redis, redis.UniversalCl
 // goroutines take: every Take recovers (EVALSHA → NOSCRIPT → EVAL) and the
 // count stays exact. On a private server: a flush blocks the whole server.
 func TestScriptFlushMidRun(t *testing.T) {
+	t.Parallel()
 	_, r, c := privateRedis(t)
 	prefix := "flush:"
 	for _, s := range []struct {
@@ -241,6 +245,7 @@ func TestScriptFlushMidRun(t *testing.T) {
 }
 
 func TestOverLimitCache(t *testing.T) {
+	t.Parallel()
 	r, c, prefix := newTestRedis(t)
 	b := NewBatcher(r, BatchOptions{})
 	ctx := context.Background()
@@ -332,6 +337,7 @@ func TestOverLimitCache(t *testing.T) {
 }
 
 func TestOverLimitCacheBounded(t *testing.T) {
+	t.Parallel()
 	c := newOverLimitCache(50)
 	now := time.Now()
 	for i := range 500 {
@@ -352,6 +358,7 @@ func TestOverLimitCacheBounded(t *testing.T) {
 }
 
 func TestBatcherContextDone(t *testing.T) {
+	t.Parallel()
 	addr := hungServer(t)
 	c, err := NewClient("redis://"+addr+"/0", WithTimeout(5*time.Second))
 	if err != nil {
@@ -368,6 +375,7 @@ func TestBatcherContextDone(t *testing.T) {
 }
 
 func TestBatcherDeadRedis(t *testing.T) {
+	t.Parallel()
 	c, err := NewClient("redis://127.0.0.1:1/0")
 	if err != nil {
 		t.Fatal(err)
@@ -390,6 +398,7 @@ func TestBatcherDeadRedis(t *testing.T) {
 // it is down and to succeed again by themselves, through batcher and
 // direct engine alike.
 func TestRedisRestartedMidRun(t *testing.T) {
+	t.Parallel()
 	p := testenv.StartRedis(t)
 	c, err := NewClient("redis://" + p.Addr() + "/0")
 	if err != nil {
@@ -457,6 +466,7 @@ func TestRedisRestartedMidRun(t *testing.T) {
 // TestPackedCallError: a Take that fails in Redis (its key holds another
 // type) fails alone; the Takes coalesced with it are decided, once.
 func TestPackedCallError(t *testing.T) {
+	t.Parallel()
 	r, c, prefix := newTestRedis(t)
 	bad := Request{Key: testKey(prefix, "bad"), Algorithm: rules.SlidingWindowLog, Limit: 5, Period: time.Hour, Hits: 1}
 	if err := c.Set(context.Background(), stateKey(bad), "not a sorted set", time.Hour).Err(); err != nil {
@@ -502,6 +512,7 @@ func takeCalls(t *testing.T, r *Redis, takes ...[]Request) []*takeCall {
 // whose context stays live is decided, and Redis counts every allowed Take
 // once, plus at most the abandoned ones.
 func TestBatcherNoLostWaiter(t *testing.T) {
+	t.Parallel()
 	r, c, prefix := newTestRedis(t)
 	for i, opts := range []BatchOptions{
 		{MaxInFlight: 1, MaxBatch: 4, OverLimitEntries: -1, Timeout: accuracyTimeout},
@@ -554,6 +565,7 @@ func TestBatcherNoLostWaiter(t *testing.T) {
 // context's error, and is not sent when its batch goes; the Take queued
 // with it is.
 func TestBatcherContextDeadlineNotSent(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartRedis(t)
 	c, err := NewClient(srv.URL(), WithTimeout(5*time.Second), WithDialTimeout(5*time.Second))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 )
 
 func TestNewClientStandalone(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		url         string
@@ -67,6 +68,7 @@ func TestNewClientStandalone(t *testing.T) {
 }
 
 func TestNewClientCluster(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		url   string
@@ -107,6 +109,7 @@ func TestNewClientCluster(t *testing.T) {
 }
 
 func TestNewClientSentinel(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name                       string
 		url                        string
@@ -156,6 +159,7 @@ func TestNewClientSentinel(t *testing.T) {
 }
 
 func TestNewClientInvalid(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{
 		"",
 		"http://h:1",
@@ -194,6 +198,7 @@ func timeTake(ctx context.Context, r *Redis) (time.Duration, error) {
 }
 
 func TestTakeDeadRedis(t *testing.T) {
+	// Not parallel: it bounds how long a Take takes.
 	// Nothing listens on port 1: every dial is refused.
 	c, err := NewClient("redis://127.0.0.1:1/0")
 	if err != nil {
@@ -247,6 +252,7 @@ func hungServer(t *testing.T) string {
 }
 
 func TestTakeHungRedis(t *testing.T) {
+	// Not parallel: it bounds how long a Take takes.
 	addr := hungServer(t)
 	c, err := NewClient("redis://" + addr + "/0")
 	if err != nil {
@@ -331,6 +337,7 @@ func (p *proxy) stop() {
 }
 
 func TestTakeRecoversWhenRedisReturns(t *testing.T) {
+	// Not parallel: it bounds how long a Take takes.
 	target := testenv.RedisURL(t)
 	o, err := redis.ParseURL(target)
 	if err != nil {

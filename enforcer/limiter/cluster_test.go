@@ -19,6 +19,7 @@ import (
 )
 
 func TestSlot(t *testing.T) {
+	t.Parallel()
 	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
 	tests := []struct {
 		key  string
@@ -42,6 +43,7 @@ func TestSlot(t *testing.T) {
 // TestCluster runs the engine against a real three-master Redis Cluster
 // started for this test.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	seeds := startCluster(t)
 	c, err := NewClient(seeds, WithTimeout(2*time.Second), WithDialTimeout(2*time.Second))
 	if err != nil {
@@ -366,6 +368,7 @@ var soak = flag.Duration("soak", 1500*time.Millisecond, "duration of each engine
 // time). What the global admits must be its burst plus 100/s of the time
 // run, within 2%.
 func TestClusterSustained(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	seeds := startCluster(t)
 	c, err := NewClient(seeds, WithTimeout(2*time.Second), WithDialTimeout(2*time.Second))
 	if err != nil {
@@ -465,6 +468,7 @@ func TestClusterSustained(t *testing.T) {
 // it), and what the first slot reserved is given back once the frozen
 // calls end, so the limit there is untouched.
 func TestClusterFrozenSlotWaitsOneTimeout(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	cl := testenv.StartCluster(t, 3, 0, 2*time.Second)
 	c, err := NewClient(cl.Seeds())
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 // behind a stuck round trip waited for it, then for its own: ~2× the
 // timeout at 16–64 callers.
 func TestBatcherFrozenRedisWaitsOneTimeout(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	const timeout = 50 * time.Millisecond
 	srv := testenv.StartRedis(t)
 	c, err := NewClient(srv.URL(), WithTimeout(timeout), WithDialTimeout(timeout))

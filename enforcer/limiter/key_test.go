@@ -19,6 +19,7 @@ func entries(kv ...string) []rules.Entry {
 }
 
 func TestKey(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		prefix  string
@@ -44,6 +45,7 @@ func TestKey(t *testing.T) {
 }
 
 func TestKeyNoCollisions(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("v", MaxKeyPart+1)
 	hashed := Key("p:", "d", entries("k", long))
 	groups := [][]rules.Entry{
@@ -77,6 +79,7 @@ func TestKeyNoCollisions(t *testing.T) {
 }
 
 func TestKeyLongValues(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 10_000)
 	k := Key("p:", long, entries(long, long))
 	if len(k) > 200 {
@@ -108,6 +111,7 @@ func hashTag(key string) string {
 }
 
 func TestKeyHashTag(t *testing.T) {
+	t.Parallel()
 	k := Key("p{}:", "d}{", entries("k}", "{v", "x", "y"))
 	if strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 || !strings.HasSuffix(k, "}") {
 		t.Fatalf("key %q must hold exactly one hash tag, at the end", k)
@@ -141,6 +145,7 @@ func FuzzKey(f *testing.F) {
 }
 
 func TestKeyWorksInRedis(t *testing.T) {
+	t.Parallel()
 	r, _, prefix := newTestRedis(t)
 	// Colliding-looking descriptors keep separate counters.
 	a := Request{Key: Key(prefix, "d", entries("a:b", "c")), Limit: 1, Period: time.Hour, Burst: 1, Hits: 1}

@@ -74,6 +74,7 @@ func testKey(prefix, value string) string {
 }
 
 func TestTakeBurstThenReject(t *testing.T) {
+	t.Parallel()
 	r, _, prefix := newTestRedis(t)
 	// 5 per minute, burst 5: a token comes back every 12 s.
 	req := Request{Key: testKey(prefix, "burst"), Limit: 5, Period: time.Minute, Burst: 5, Hits: 1}
@@ -115,6 +116,7 @@ func TestTakeBurstThenReject(t *testing.T) {
 }
 
 func TestTakeRefill(t *testing.T) {
+	t.Parallel()
 	r, _, prefix := newTestRedis(t)
 	now := int64(t0)
 	r.now = func() int64 { return now }
@@ -150,6 +152,7 @@ func TestTakeRefill(t *testing.T) {
 }
 
 func TestTakeHits(t *testing.T) {
+	t.Parallel()
 	r, _, prefix := newTestRedis(t)
 	base := Request{Key: testKey(prefix, "hits"), Limit: 10, Period: time.Hour, Burst: 10}
 	steps := []struct {
@@ -175,6 +178,7 @@ func TestTakeHits(t *testing.T) {
 }
 
 func TestTakeHitsOverBurst(t *testing.T) {
+	t.Parallel()
 	r, c, prefix := newTestRedis(t)
 	// 10 per minute, burst 5: a drained bucket refills in 30 s.
 	req := Request{Key: testKey(prefix, "over"), Limit: 10, Period: time.Minute, Burst: 5, Hits: 6}
@@ -206,6 +210,7 @@ func stateKey(req Request) string {
 }
 
 func TestTakePeek(t *testing.T) {
+	t.Parallel()
 	r, c, prefix := newTestRedis(t)
 	ctx := context.Background()
 	take := Request{Key: testKey(prefix, "peek"), Limit: 4, Period: time.Hour, Burst: 4, Hits: 1}
@@ -240,6 +245,7 @@ func TestTakePeek(t *testing.T) {
 }
 
 func TestTakeAllOrNothing(t *testing.T) {
+	t.Parallel()
 	r, _, prefix := newTestRedis(t)
 	mk := func(name string, burst int64) Request {
 		return Request{Key: testKey(prefix, name), Limit: 1, Period: time.Hour, Burst: burst, Hits: 1}
@@ -278,6 +284,7 @@ func TestTakeAllOrNothing(t *testing.T) {
 }
 
 func TestTakeDuplicateKey(t *testing.T) {
+	t.Parallel()
 	r, _, prefix := newTestRedis(t)
 	one := Request{Key: testKey(prefix, "dup1"), Limit: 1, Period: time.Hour, Burst: 1, Hits: 1}
 	ds := take(t, r, one, one)
@@ -299,6 +306,7 @@ func TestTakeDuplicateKey(t *testing.T) {
 }
 
 func TestTakeTTL(t *testing.T) {
+	t.Parallel()
 	r, c, prefix := newTestRedis(t)
 	ctx := context.Background()
 
@@ -329,6 +337,7 @@ func TestTakeTTL(t *testing.T) {
 }
 
 func TestTakeAfterScriptFlush(t *testing.T) {
+	t.Parallel()
 	_, r, c := privateRedis(t)
 	prefix := "flush:"
 	req := Request{Key: testKey(prefix, "noscript"), Limit: 10, Period: time.Hour, Burst: 10, Hits: 1}
@@ -348,6 +357,7 @@ func TestTakeAfterScriptFlush(t *testing.T) {
 }
 
 func TestTakeConcurrent(t *testing.T) {
+	t.Parallel()
 	const (
 		clients = 3
 		burst   = 100
@@ -425,6 +435,7 @@ func concurrentTakes(t *testing.T, engines []*Redis, req Request) {
 }
 
 func TestTakeInvalid(t *testing.T) {
+	t.Parallel()
 	// Validation happens before any Redis call, so a client that cannot
 	// connect is enough.
 	c, err := NewClient("redis://127.0.0.1:1/0")
@@ -469,6 +480,7 @@ func TestTakeInvalid(t *testing.T) {
 }
 
 func TestTakeDefaultBurst(t *testing.T) {
+	t.Parallel()
 	r, _, prefix := newTestRedis(t)
 	req := Request{Key: testKey(prefix, "default"), Limit: 3, Period: time.Hour, Hits: 1}
 	d := take1(t, r, req)
@@ -478,6 +490,7 @@ func TestTakeDefaultBurst(t *testing.T) {
 }
 
 func TestTakeDefaultClient(t *testing.T) {
+	t.Parallel()
 	// The request-path defaults (50 ms timeouts) against a live Redis.
 	c, err := NewClient(testenv.RedisURL(t))
 	if err != nil {
@@ -495,6 +508,7 @@ func TestTakeDefaultClient(t *testing.T) {
 }
 
 func TestDecodeMalformed(t *testing.T) {
+	t.Parallel()
 	call := func() []*takeCall { return []*takeCall{{specs: []spec{{limit: 1, capacity: 1}}}} }
 	i := func(v int64) any { return v }
 	tests := []struct {
@@ -546,6 +560,7 @@ func TestDecodeMalformed(t *testing.T) {
 // several requests), and a malformed one fails the call instead of being
 // misread.
 func TestScriptArguments(t *testing.T) {
+	t.Parallel()
 	c := testClient(t)
 	prefix := testPrefix(t, c)
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 )
 
 func TestLocalNodeCount(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		nodes     int
 		limit     int64
@@ -53,6 +54,7 @@ func TestLocalNodeCount(t *testing.T) {
 }
 
 func TestLocalBoundedMemory(t *testing.T) {
+	t.Parallel()
 	l := NewLocal(LocalOptions{MaxKeys: 100})
 	now := int64(t0)
 	l.now = func() int64 { return now }
@@ -89,6 +91,7 @@ func TestLocalBoundedMemory(t *testing.T) {
 }
 
 func TestLocalConcurrentExact(t *testing.T) {
+	t.Parallel()
 	l := NewLocal(LocalOptions{})
 	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow, rules.SlidingWindowLog} {
 		req := Request{Key: string(alg), Algorithm: alg, Limit: 500, Period: noBoundary, Hits: 1}
@@ -125,6 +128,7 @@ func TestLocalConcurrentExact(t *testing.T) {
 }
 
 func TestLocalInvalid(t *testing.T) {
+	t.Parallel()
 	l := NewLocal(LocalOptions{})
 	_, err := l.Take(context.Background(), []Request{{Key: "k", Limit: 0, Period: time.Second}})
 	if !errors.Is(err, ErrInvalidRequest) {

@@ -17,6 +17,7 @@ var allAlgorithms = []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rule
 // horizon, and logs its MEMORY USAGE (the figures in BENCHMARKS.md: run
 // with -v).
 func TestStateKeys(t *testing.T) {
+	t.Parallel()
 	r, c, prefix := newTestRedis(t)
 	ctx := context.Background()
 	// A typical descriptor key: prefix, domain, two entries.
@@ -62,6 +63,7 @@ func TestStateKeys(t *testing.T) {
 // TestSlidingLogBounded takes far more than the limit over many windows and
 // checks the sorted set never holds more members than the limit.
 func TestSlidingLogBounded(t *testing.T) {
+	t.Parallel()
 	r, c, prefix := newTestRedis(t)
 	now := int64(t0)
 	r.now = func() int64 { return now }
@@ -90,6 +92,7 @@ func TestSlidingLogBounded(t *testing.T) {
 // significant digits (%.17g), each the exact double the script computed, and
 // the TTL until the bucket is full (empty) again.
 func TestBucketStateText(t *testing.T) {
+	t.Parallel()
 	r, c, prefix := newTestRedis(t)
 	r.now = func() int64 { return t0 }
 	ctx := context.Background()

@@ -64,6 +64,7 @@ func runWriter(dir string) int {
 // file over and over, at various moments: the file left behind always
 // parses, verifies and compiles, and a restart applies it.
 func TestStateFileSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	last := int64(0)
 	for round := range 15 {

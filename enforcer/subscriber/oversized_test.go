@@ -13,6 +13,7 @@ import (
 // instead of the node reconnecting (and being sent it again) forever; the
 // next snapshot that fits is applied.
 func TestOversizedSnapshotNacked(t *testing.T) {
+	t.Parallel()
 	c := newConsole(t)
 	n := startNode(t, c.srv.URL, t.TempDir(), false)
 	cc := c.accept()

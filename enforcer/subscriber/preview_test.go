@@ -12,6 +12,7 @@ import (
 // while they fit; a report too big with them goes without them (after the
 // top values), never over the limit and never with fewer rules first.
 func TestEncodeStatsPreview(t *testing.T) {
+	t.Parallel()
 	full := make(wire.Histogram, 0, 400)
 	for b := int64(1); b <= 400; b++ {
 		lo, _ := wire.BucketBounds(int(b))

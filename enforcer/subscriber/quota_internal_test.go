@@ -14,6 +14,7 @@ import (
 // wire.MaxQuotaUsage entries, in order of seq, each entry exactly once, a
 // batch pending until its ack.
 func TestQuotaBatchesStayWithinTheMessageBound(t *testing.T) {
+	t.Parallel()
 	const total = 5000
 	var all []wire.QuotaUsage
 	long := strings.Repeat("r", 1000)

@@ -16,6 +16,7 @@ import (
 // TestSubscribeMovesToAnotherReplica gives the node two consoles: when its
 // console dies it subscribes to the other, resuming from its version.
 func TestSubscribeMovesToAnotherReplica(t *testing.T) {
+	t.Parallel()
 	c1, c2 := newConsole(t), newConsole(t)
 	n := startNode(t, c1.srv.URL+","+c2.srv.URL, t.TempDir(), false)
 	cc := c1.accept()
@@ -39,6 +40,7 @@ func TestSubscribeMovesToAnotherReplica(t *testing.T) {
 // TestSubscribeSurvivesRefusal checks that a node the console refuses
 // (protocol, duplicate id) keeps trying rather than giving up.
 func TestSubscribeSurvivesRefusal(t *testing.T) {
+	t.Parallel()
 	for _, code := range []websocket.StatusCode{wire.CloseUnsupportedProtocol, wire.CloseReplaced, websocket.StatusPolicyViolation} {
 		c := newConsole(t)
 		startNode(t, c.srv.URL, "", false)
@@ -50,6 +52,7 @@ func TestSubscribeSurvivesRefusal(t *testing.T) {
 }
 
 func TestNewAcceptsConsoleList(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		urls string
 		ok   bool
@@ -71,6 +74,7 @@ func TestNewAcceptsConsoleList(t *testing.T) {
 // [0, min(max, min·2^attempt)], so it grows per attempt, never exceeds the
 // cap, and spreads nodes out.
 func TestBackoffFullJitterCapped(t *testing.T) {
+	t.Parallel()
 	const lo, hi = 100 * time.Millisecond, 10 * time.Second
 	sub, err := subscriber.New(subscriber.Config{ConsoleURL: "http://c", MinBackoff: lo, MaxBackoff: hi}, engine.New(nil, ""), nil)
 	if err != nil {

@@ -22,6 +22,7 @@ func newSubscriber(urls string) (*subscriber.Subscriber, error) {
 // TestSubscribeSendsStats checks that a node reports its StatsSource to the
 // console every interval, each report covering the time since the last.
 func TestSubscribeSendsStats(t *testing.T) {
+	t.Parallel()
 	c := newConsole(t)
 	var calls atomic.Int64
 	sub, err := subscriber.New(subscriber.Config{
@@ -58,6 +59,7 @@ func TestSubscribeSendsStats(t *testing.T) {
 }
 
 func TestEncodeStatsFitsLimits(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("v", 300)
 	many := func(n, top int) []wire.RuleStats {
 		rules := make([]wire.RuleStats, n)
@@ -119,6 +121,7 @@ func TestEncodeStatsFitsLimits(t *testing.T) {
 // TestEncodeStatsTrimsValues: a report whose values do not fit names fewer
 // values per rule, the most limited kept, before it drops anything else.
 func TestEncodeStatsTrimsValues(t *testing.T) {
+	t.Parallel()
 	rules := make([]wire.RuleStats, 40)
 	for i := range rules {
 		r := wire.RuleStats{Domain: "api", Rule: fmt.Sprintf("rule-%d", i)}

@@ -222,6 +222,7 @@ func wantNack(t *testing.T, msg any, version int64, fragment string) {
 }
 
 func TestSubscribeSnapshotAck(t *testing.T) {
+	t.Parallel()
 	c := newConsole(t)
 	n := startNode(t, c.srv.URL, t.TempDir(), false)
 	cc := c.accept()
@@ -273,6 +274,7 @@ func TestSubscribeSnapshotAck(t *testing.T) {
 }
 
 func TestSubscribeRejectsBadSnapshots(t *testing.T) {
+	t.Parallel()
 	c := newConsole(t)
 	n := startNode(t, c.srv.URL, t.TempDir(), false)
 	cc := c.accept()
@@ -315,6 +317,7 @@ func TestSubscribeRejectsBadSnapshots(t *testing.T) {
 }
 
 func TestSubscribeStateSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c := newConsole(t)
 	first := startNode(t, c.srv.URL, dir, false)
@@ -346,6 +349,7 @@ func TestSubscribeStateSurvivesRestart(t *testing.T) {
 }
 
 func TestLoadStateErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		content string // "" = no file
@@ -384,6 +388,7 @@ func TestLoadStateErrors(t *testing.T) {
 }
 
 func TestSubscribeReconnects(t *testing.T) {
+	t.Parallel()
 	c := newConsole(t)
 	n := startNode(t, c.srv.URL, "", false)
 	cc := c.accept()
@@ -403,6 +408,7 @@ func TestSubscribeReconnects(t *testing.T) {
 }
 
 func TestSubscribeUnauthorized(t *testing.T) {
+	t.Parallel()
 	c := newConsole(t)
 	eng := engine.New(nil, "")
 	sub, err := subscriber.New(subscriber.Config{ConsoleURL: c.srv.URL, NodeToken: "wrong",
@@ -426,6 +432,7 @@ func TestSubscribeUnauthorized(t *testing.T) {
 }
 
 func TestNewRejectsBadConsoleURL(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{"", "ftp://console", "http://", "::"} {
 		if _, err := subscriber.New(subscriber.Config{ConsoleURL: raw}, engine.New(nil, ""), nil); err == nil {
 			t.Errorf("New(%q) succeeded, want error", raw)

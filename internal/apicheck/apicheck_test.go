@@ -15,6 +15,7 @@ const version = `{"version":3,"created_at":"2030-01-01T00:00:00Z","author":"user
 // TestCheck runs answers through the console's document: the ones that fit
 // pass, and every kind of drift a handler can make is caught.
 func TestCheck(t *testing.T) {
+	t.Parallel()
 	spec, err := Console()
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +87,7 @@ func (r *recorder) Fatal(args ...any) { panic(fmt.Sprint(args...)) }
 // its answer: the test it runs in fails, and the client still gets the
 // answer as the handler wrote it.
 func TestHandlerFailsTheTestOnDrift(t *testing.T) {
+	t.Parallel()
 	renamed := strings.Replace(version, `"author"`, `"by"`, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")

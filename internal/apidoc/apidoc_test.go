@@ -10,6 +10,7 @@ import (
 // TestAPIDocUpToDate fails while docs/api.md is not what the OpenAPI file
 // renders to: the OpenAPI file is the one definition of the API.
 func TestAPIDocUpToDate(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("../../backend/api/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +35,7 @@ func TestAPIDocUpToDate(t *testing.T) {
 }
 
 func TestRender(t *testing.T) {
+	t.Parallel()
 	src := []byte(`
 openapi: 3.0.3
 info: {title: T, version: "2", description: Intro.}
@@ -111,6 +113,7 @@ components:
 }
 
 func TestRenderRefusesBrokenRefs(t *testing.T) {
+	t.Parallel()
 	for name, src := range map[string]string{
 		"parameter": "paths: {/x: {get: {parameters: [{$ref: '#/components/parameters/nope'}]}}}",
 		"response":  "paths: {/x: {get: {responses: {'200': {$ref: '#/components/responses/nope'}}}}}",
@@ -123,6 +126,7 @@ func TestRenderRefusesBrokenRefs(t *testing.T) {
 }
 
 func TestSlug(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"GET /api/v1/users/{id}/role": "get-apiv1usersidrole",
 		"Redis Cluster":               "redis-cluster",

@@ -39,6 +39,7 @@ components:
 `
 
 func TestLoadReadsTheDocumentStrictly(t *testing.T) {
+	t.Parallel()
 	d, err := Load([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +92,7 @@ func TestLoadReadsTheDocumentStrictly(t *testing.T) {
 }
 
 func TestLoadRefusesBrokenDocuments(t *testing.T) {
+	t.Parallel()
 	for _, src := range []string{"paths: [", "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths: {/x: {get: {responses: {'200': {$ref: '#/components/responses/nope'}}}}}"} {
 		if _, err := Load([]byte(src)); err == nil {
 			t.Errorf("Load accepted %q", src)

@@ -123,6 +123,7 @@ func benchCPU(t *testing.T, out string) float64 {
 }
 
 func TestBench(t *testing.T) {
+	// Not parallel: it asserts latencies under load.
 	for _, transport := range []string{"grpc", "http"} {
 		t.Run(transport, func(t *testing.T) {
 			tg := benchTarget(t, benchRules) // a fresh quota
@@ -165,6 +166,7 @@ func TestBench(t *testing.T) {
 // A check the server refuses is an error: counted, the first one printed,
 // and a run without any success fails.
 func TestBenchCountsRefusedChecks(t *testing.T) {
+	t.Parallel()
 	tg := benchTarget(t, benchRules)
 	for _, tt := range []struct{ transport, target, want string }{
 		{"grpc", tg.grpcAddr, "first error: rpc error: code = InvalidArgument desc = invalid rate limit request: domain must not be empty"},
@@ -190,6 +192,7 @@ func TestBenchCountsRefusedChecks(t *testing.T) {
 // More callers than the server's MAX_CONCURRENT_STREAMS on one connection:
 // the extra checks wait for a stream instead of being refused.
 func TestBenchGRPCHonoursMaxConcurrentStreams(t *testing.T) {
+	t.Parallel()
 	tg := benchTarget(t, benchRules, grpc.MaxConcurrentStreams(2))
 	cfg := testConfig("grpc", tg.grpcAddr, 16, 300*time.Millisecond)
 	cfg.Connections, cfg.Keys = 1, 1000
@@ -206,6 +209,7 @@ func TestBenchGRPCHonoursMaxConcurrentStreams(t *testing.T) {
 // the 64 KiB HTTP/2 flow-control windows several times: the client must
 // wait for and grant WINDOW_UPDATEs, or the connection stalls or fails.
 func TestBenchGRPCFlowControl(t *testing.T) {
+	// Not parallel: it changes the client's connection window, a package variable.
 	// Long descriptor keys and limit names make big requests and responses,
 	// so few checks cross the windows.
 	key, name := strings.Repeat("k", 1000), strings.Repeat("n", 3000) // keys: at most engine.MaxKeyBytes
@@ -250,6 +254,7 @@ func TestBenchGRPCFlowControl(t *testing.T) {
 
 // A server that goes away mid-run costs errors, not a hang or a crash.
 func TestBenchServerStops(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name, transport string
 		stop            func(target)
@@ -286,6 +291,7 @@ func TestBenchServerStops(t *testing.T) {
 // chunked body (with trailers), and a response after which the server
 // closes the connection.
 func TestBenchHTTPFramings(t *testing.T) {
+	t.Parallel()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /chunked/json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Trailer", "X-Done")

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/internal/apicheck"
 )
@@ -29,6 +31,7 @@ import (
 func Start(t testing.TB, ctx context.Context, wg *sync.WaitGroup, cfg backend.Config, log *slog.Logger) string {
 	t.Helper()
 	cfg.Listen = cmp.Or(cfg.Listen, "127.0.0.1:0")
+	cfg.PasswordCost = cmp.Or(cfg.PasswordCost, bcrypt.MinCost) // sign-ins at test speed
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -59,6 +59,7 @@ func console(t *testing.T) *Client {
 // line, column) are printed against the local file of each domain, and a
 // 409 says what to do.
 func TestConsoleProblemsNameLocalFiles(t *testing.T) {
+	t.Parallel()
 	c := console(t)
 	ctx := context.Background()
 	broken := "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"

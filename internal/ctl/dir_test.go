@@ -10,6 +10,7 @@ import (
 // TestAddFixedWindow: the key lands on its own line next to the domain, and
 // removing that one line gives back the file byte for byte.
 func TestAddFixedWindow(t *testing.T) {
+	t.Parallel()
 	const rest = "descriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
 	for _, tc := range []struct {
 		name, src string

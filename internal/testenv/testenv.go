@@ -140,6 +140,15 @@ func withDatabase(base, name string) string {
 		return base
 	}
 	u.Path = "/" + name
+	// A test database is thrown away after the test: its commits need not
+	// wait for the disk (pgx passes unknown parameters to the server as
+	// session settings). Dozens of test databases committing side by side
+	// on a shared server otherwise queue behind each other's fsyncs.
+	q := u.Query()
+	if !q.Has("synchronous_commit") {
+		q.Set("synchronous_commit", "off")
+	}
+	u.RawQuery = q.Encode()
 	return u.String()
 }
 
