@@ -3,6 +3,8 @@
 #   make run     Postgres + Redis, build UI and binary, run everything on this machine
 #   make test    lint, all Go tests against real Postgres and Redis, every fuzz target
 #                for a few seconds (scripts/fuzz.sh, FUZZTIME=2s each), then the UI's tests
+#   make test-quick  lint, the Go tests with -short (the slow load, soak and failover tests
+#                skipped) and the UI's unit tests when node_modules is there; no browser
 #   make lint    go mod tidy -diff, go vet, staticcheck (no services needed)
 #   make ui-test the UI's tests alone: svelte-check, vitest, JS budget, Playwright e2e
 #   make build   UI (web/dist) + bin/sluice
@@ -23,7 +25,7 @@ ENV := .data/env
 UI_SOURCES := $(shell find web/src web/public -type f 2>/dev/null) web/index.html \
 	package.json vite.config.ts tsconfig.json
 
-.PHONY: all build ui run test lint ui-test generate services stop-services clean clean-data
+.PHONY: all build ui run test test-quick lint ui-test generate services stop-services clean clean-data
 
 all: build
 
@@ -89,6 +91,12 @@ lint:
 # run, then runs ui-test; it prints each stage's time.
 test: services
 	GO=$(GO) MAKE=$(MAKE) bash scripts/test.sh
+
+# The edit loop: what `test` runs minus the fuzzing, the browser and the
+# tests that skip themselves under -short (seconds of paced load each).
+test-quick: lint services
+	. ./$(ENV) && $(GO) test -short -count=1 -parallel 8 ./...
+	@if [ -d node_modules ]; then npm test; else echo "test-quick: no node_modules: UI unit tests skipped (make ui installs them)"; fi
 
 ## Housekeeping ------------------------------------------------------------------------
 

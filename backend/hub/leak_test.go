@@ -112,6 +112,9 @@ func (u usage) String() string {
 // where they were after a first, shorter churn.
 func TestConsoleReconnectLoopLeaks(t *testing.T) {
 	// Not parallel: it counts the process's goroutines and heap.
+	if testing.Short() {
+		t.Skip("seconds of reconnect churn")
+	}
 	const nodes = 200
 	e := newEnv(t)
 	e.publish("seed", domainYAML("seed", 1))

@@ -64,6 +64,9 @@ func (u procUsage) String() string {
 // after the capacity run, and no failed check.
 func TestEnforcerSoakLeaks(t *testing.T) {
 	// Not parallel: it counts the process's goroutines and heap.
+	if testing.Short() {
+		t.Skip("seconds of soak")
+	}
 	redisURL, prefix := testenv.RedisURL(t), testenv.KeyPrefix(t)
 	dir := t.TempDir()
 	yaml := "domain: soak\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 200}\n"

@@ -369,6 +369,9 @@ var soak = flag.Duration("soak", 1500*time.Millisecond, "duration of each engine
 // run, within 2%.
 func TestClusterSustained(t *testing.T) {
 	// Not parallel: it asserts latencies under load.
+	if testing.Short() {
+		t.Skip("seconds of load on a private Redis Cluster")
+	}
 	seeds := startCluster(t)
 	c, err := NewClient(seeds, WithTimeout(2*time.Second), WithDialTimeout(2*time.Second))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,11 +38,52 @@ func missing(t testing.TB, format string, args ...any) {
 	t.Skipf("service missing: "+format, args...)
 }
 
+// databaseSlots bounds the test databases one test binary holds at once:
+// tests run in parallel (and go test runs packages side by side), and each
+// database's consoles and stores keep pooled connections open, so without a
+// bound a shared server reaches max_connections (100 by default) and every
+// test fails with "too many clients". A slot is held by a top-level test
+// from its first PostgresURL until it ends, however many databases it and
+// its subtests make (so a test never waits for itself).
+var databaseSlots = struct {
+	sync.Mutex
+	free chan struct{}
+	held map[string]int // top-level test name: its PostgresURL calls not yet cleaned up
+}{free: make(chan struct{}, maxDatabaseTests), held: map[string]int{}}
+
+// maxDatabaseTests is how many top-level tests of one binary hold databases
+// at once; with two binaries side by side and a handful of connections each,
+// that stays well under a default server's 100.
+const maxDatabaseTests = 4
+
+// holdDatabaseSlot waits for a slot for t's top-level test and releases it
+// when the last of that test's databases is cleaned up.
+func holdDatabaseSlot(t testing.TB) {
+	t.Helper()
+	top, _, _ := strings.Cut(t.Name(), "/")
+	databaseSlots.Lock()
+	n := databaseSlots.held[top]
+	databaseSlots.held[top] = n + 1
+	databaseSlots.Unlock()
+	if n == 0 {
+		databaseSlots.free <- struct{}{}
+	}
+	t.Cleanup(func() {
+		databaseSlots.Lock()
+		defer databaseSlots.Unlock()
+		if databaseSlots.held[top]--; databaseSlots.held[top] == 0 {
+			delete(databaseSlots.held, top)
+			<-databaseSlots.free
+		}
+	})
+}
+
 // PostgresURL returns the URL of a fresh database, migrated to the latest
 // schema, that is dropped when the test ends. It is cloned from a template
 // database built once per migration set.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
+	holdDatabaseSlot(t)
 	base := os.Getenv("DATABASE_URL")
 	if base == "" {
 		base = DefaultDatabaseURL
