@@ -147,6 +147,24 @@ type reviewRequest struct {
 	Message string `json:"message"`
 }
 
+// pathAndMessage reads the path's id and a body whose required message is
+// why: rejecting a change, ending an override.
+func pathAndMessage(c *gin.Context) (int64, string, error) {
+	id, err := pathInt(c, "id")
+	if err != nil {
+		return 0, "", err
+	}
+	var req reviewRequest
+	if err := decode(c, &req); err != nil {
+		return 0, "", err
+	}
+	msg, err := checkMessage(req.Message)
+	if err != nil {
+		return 0, "", err
+	}
+	return id, msg, nil
+}
+
 // approveChange publishes a pending change request; the approver must not
 // be its author.
 func (a *API) approveChange(c *gin.Context) error {
@@ -188,15 +206,7 @@ func (a *API) approveChange(c *gin.Context) error {
 // rejectChange closes a pending change request without publishing it; its
 // author may reject it too, to withdraw it. A reason is required.
 func (a *API) rejectChange(c *gin.Context) error {
-	id, err := pathInt(c, "id")
-	if err != nil {
-		return err
-	}
-	var req reviewRequest
-	if err := decode(c, &req); err != nil {
-		return err
-	}
-	msg, err := checkMessage(req.Message)
+	id, msg, err := pathAndMessage(c)
 	if err != nil {
 		return err
 	}

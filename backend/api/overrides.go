@@ -164,15 +164,7 @@ func (a *API) getOverride(c *gin.Context) error {
 
 // endOverride publishes a version without an active override.
 func (a *API) endOverride(c *gin.Context) error {
-	id, err := pathInt(c, "id")
-	if err != nil {
-		return err
-	}
-	var req reviewRequest
-	if err := decode(c, &req); err != nil {
-		return err
-	}
-	msg, err := checkMessage(req.Message)
+	id, msg, err := pathAndMessage(c)
 	if err != nil {
 		return err
 	}
