@@ -164,13 +164,16 @@ func (h *Hub) inCanary(c *conn, intervalMS int64, now time.Time) bool {
 // (the latest, or per its labels while a rollout is staged) unless it has
 // it, was sent it, or runs something newer. It never waits on a node.
 func (h *Hub) Notify(ctx context.Context) error {
-	// A node whose token was revoked since the last check gets nothing
-	// more.
-	if err := h.recheck(ctx); err != nil {
-		return err
-	}
 	p, err := h.latest(ctx)
 	if err != nil {
+		return err
+	}
+	// A node whose token was revoked since the last check gets nothing
+	// more. Checked after the version is read, so a token revoked before
+	// that version was published is always seen revoked here (checked
+	// before, a Notify already under way could read the token still live
+	// and then a version published after the revocation).
+	if err := h.recheck(ctx); err != nil {
 		return err
 	}
 	h.mu.Lock()
