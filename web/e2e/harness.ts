@@ -265,6 +265,10 @@ export async function startEnforcer(consoleURL: string, token: string, nodeID: s
       '127.0.0.1:0',
       '--state-dir',
       state,
+      // Counts must not fail open because a loaded two-core machine
+      // answered Redis late (the default bound is 50 ms).
+      '--redis-timeout',
+      '2s',
       ...extra,
     ],
     {},
