@@ -319,6 +319,7 @@ func limitFields(l *Limit) []FieldChange {
 		FieldChange{Field: "calendar", After: flag(l.Calendar)},
 		FieldChange{Field: "shards", After: num(l.Shards)},
 		FieldChange{Field: "lease", After: flag(l.Lease)},
+		FieldChange{Field: "consistency", After: consistencyOf(l.Async)},
 		FieldChange{Field: "failure_mode", After: string(l.FailureMode)},
 		FieldChange{Field: "on_limit.action", After: string(l.OnLimit.Action)},
 		FieldChange{Field: "on_limit.max_delay", After: maxDelay},
@@ -390,6 +391,15 @@ func describeRequestDescriptor(rd RequestDescriptor) string {
 func multiplier(l *Limit) string {
 	if p := l.Unit.Period(); p > 0 && l.Period/p > 1 {
 		return strconv.FormatInt(int64(l.Period/p), 10)
+	}
+	return ""
+}
+
+// consistencyOf shows a limit's consistency, "" for the default (exact),
+// like a false flag.
+func consistencyOf(async bool) string {
+	if async {
+		return string(Async)
 	}
 	return ""
 }

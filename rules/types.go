@@ -73,6 +73,19 @@ const (
 	FailLocal  FailureMode = "local"  // count in the node's memory until the store is back
 )
 
+// Consistency says how closely an enforcer counts a limit with the fleet.
+type Consistency string
+
+// Consistencies.
+const (
+	// Exact asks the counter store for every check (the default).
+	Exact Consistency = "exact"
+	// Async decides from the node's local view, sends its counts to the
+	// store in batches and asks the store again near the limit
+	// (enforcer/engine's async counting).
+	Async Consistency = "async"
+)
+
 // Action is what a limit does with a request over it.
 type Action string
 
@@ -152,6 +165,8 @@ type Descriptor struct {
 	// Lease lets an enforcer take part of the limit's remaining quota and
 	// decide locally (enforcer/engine's leases); not for sliding_window_log.
 	Lease bool
+	// Consistency: "" means Exact.
+	Consistency Consistency
 
 	Descriptors []Descriptor
 }

@@ -53,6 +53,8 @@ var bucketAlgorithms = []Algorithm{TokenBucket, LeakyBucket}
 
 var failureModes = []FailureMode{FailOpen, FailClosed, FailLocal}
 
+var consistencies = []Consistency{Exact, Async}
+
 var actions = []Action{Reject, Delay}
 
 var sources = []Source{FromHeader, FromRemoteAddress, FromPath, FromMethod, FromQuery}
@@ -331,6 +333,24 @@ func (c *checker) extensions(d *Descriptor, path string) {
 			c.fail(join(path, "lease"), "a limit of 0 requests_per_unit rejects every request; there is nothing to lease")
 		}
 	}
+	c.consistency(d, rpu, join(path, "consistency"))
+}
+
+// consistency checks consistency: async against the limit's other fields.
+func (c *checker) consistency(d *Descriptor, rpu uint32, path string) {
+	switch {
+	case d.Consistency == "" || d.Consistency == Exact:
+	case d.Consistency != Async:
+		c.fail(path, fmt.Sprintf("%s is not a consistency %s", quote(string(d.Consistency)), list(consistencies)))
+	case d.OnLimit != nil && d.OnLimit.Action == Delay:
+		c.fail(path, "consistency: async cannot delay requests (on_limit: delay gives every request its own place in a queue, which only the store knows)")
+	case d.Lease:
+		c.fail(path, "consistency: async and lease both take a hot limit off the store; set one of them")
+	case d.Shards > 1:
+		c.fail(path, "consistency: async and shards both take a hot limit off one store key; set one of them")
+	case rpu == 0:
+		c.fail(path, "a limit of 0 requests_per_unit rejects every request; there is nothing to count asynchronously")
+	}
 }
 
 // defaultNote says where a descriptor's algorithm comes from when it names
@@ -360,6 +380,7 @@ func extensionsSet(d *Descriptor) []string {
 	add(d.FailureMode != "", "failure_mode")
 	add(d.OnLimit != nil, "on_limit")
 	add(d.Lease, "lease")
+	add(d.Consistency != "", "consistency")
 	return set
 }
 

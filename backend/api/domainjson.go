@@ -62,6 +62,7 @@ type descriptorJSON struct {
 	Calendar       bool             `json:"calendar,omitempty"`
 	Shards         uint32           `json:"shards,omitempty"`
 	Lease          bool             `json:"lease,omitempty"`
+	Consistency    string           `json:"consistency,omitempty"`
 	OnLimit        *onLimitJSON     `json:"on_limit,omitempty"`
 	Descriptors    []descriptorJSON `json:"descriptors,omitempty"`
 }
@@ -93,7 +94,7 @@ func descriptorsJSON(ds []rules.Descriptor) []descriptorJSON {
 		out[i] = descriptorJSON{Key: d.Key, Value: d.Value, Algorithm: string(d.Algorithm), Burst: d.Burst,
 			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, FailureMode: string(d.FailureMode),
 			ValueToMetric: d.ValueToMetric, ShareThreshold: d.ShareThreshold, Metadata: d.Metadata, Calendar: d.Calendar, Shards: d.Shards,
-			Lease: d.Lease, OnLimit: onLimit(d.OnLimit)}
+			Lease: d.Lease, Consistency: string(d.Consistency), OnLimit: onLimit(d.OnLimit)}
 		if rl := d.RateLimit; rl != nil {
 			out[i].RateLimit = &rateLimitJSON{Unit: string(rl.Unit), RequestsPerUnit: rl.RequestsPerUnit, UnitMultiplier: rl.UnitMultiplier,
 				Unlimited: rl.Unlimited, Name: rl.Name, Replaces: rl.Replaces}
@@ -124,6 +125,7 @@ type limitJSON struct {
 	Calendar        bool         `json:"calendar"`
 	Shards          uint32       `json:"shards"`
 	Lease           bool         `json:"lease"`
+	Consistency     string       `json:"consistency"`
 	OnLimit         *onLimitJSON `json:"on_limit,omitempty"`
 	Replaces        []string     `json:"replaces,omitempty"`
 }
@@ -146,7 +148,8 @@ func limitOf(desc rules.Descriptor, def rules.Algorithm, path string) limitJSON 
 		Burst: cmp.Or(desc.Burst, rl.RequestsPerUnit), Algorithm: string(cmp.Or(desc.Algorithm, def, rules.TokenBucket)),
 		Unlimited: rl.Unlimited, ShadowMode: desc.ShadowMode, DetailedMetric: desc.DetailedMetric,
 		FailureMode: string(cmp.Or(desc.FailureMode, rules.FailOpen)), Calendar: desc.Calendar,
-		Shards: max(desc.Shards, 1), Lease: desc.Lease, OnLimit: onLimit(desc.OnLimit), Replaces: rl.Replaces}
+		Shards: max(desc.Shards, 1), Lease: desc.Lease, Consistency: string(cmp.Or(desc.Consistency, rules.Exact)),
+		OnLimit: onLimit(desc.OnLimit), Replaces: rl.Replaces}
 	if !rl.Unlimited {
 		l.Unit = string(rl.Unit)
 		if rl.UnitMultiplier > 1 {

@@ -214,6 +214,24 @@ func (e DescriptorAlgorithm) Valid() bool {
 	}
 }
 
+// Defines values for DescriptorConsistency.
+const (
+	DescriptorConsistencyAsync DescriptorConsistency = "async"
+	DescriptorConsistencyExact DescriptorConsistency = "exact"
+)
+
+// Valid indicates whether the value is a known member of the DescriptorConsistency enum.
+func (e DescriptorConsistency) Valid() bool {
+	switch e {
+	case DescriptorConsistencyAsync:
+		return true
+	case DescriptorConsistencyExact:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DescriptorFailureMode.
 const (
 	Closed DescriptorFailureMode = "closed"
@@ -367,6 +385,24 @@ func (e InspectedLimitUnit) Valid() bool {
 	case InspectedLimitUnitWeek:
 		return true
 	case InspectedLimitUnitYear:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LimitConsistency.
+const (
+	LimitConsistencyAsync LimitConsistency = "async"
+	LimitConsistencyExact LimitConsistency = "exact"
+)
+
+// Valid indicates whether the value is a known member of the LimitConsistency enum.
+func (e LimitConsistency) Valid() bool {
+	switch e {
+	case LimitConsistencyAsync:
+		return true
+	case LimitConsistencyExact:
 		return true
 	default:
 		return false
@@ -1199,6 +1235,7 @@ type Descriptor struct {
 	Algorithm      *DescriptorAlgorithm   `json:"algorithm,omitempty"`
 	Burst          *int                   `json:"burst,omitempty"`
 	Calendar       *bool                  `json:"calendar,omitempty"`
+	Consistency    *DescriptorConsistency `json:"consistency,omitempty"`
 	Descriptors    []Descriptor           `json:"descriptors,omitempty"`
 	DetailedMetric *bool                  `json:"detailed_metric,omitempty"`
 	FailureMode    *DescriptorFailureMode `json:"failure_mode,omitempty"`
@@ -1216,6 +1253,9 @@ type Descriptor struct {
 
 // DescriptorAlgorithm defines model for Descriptor.Algorithm.
 type DescriptorAlgorithm string
+
+// DescriptorConsistency defines model for Descriptor.Consistency.
+type DescriptorConsistency string
 
 // DescriptorFailureMode defines model for Descriptor.FailureMode.
 type DescriptorFailureMode string
@@ -1431,14 +1471,15 @@ type Labels map[string]string
 
 // Limit An effective limit, defaults filled in.
 type Limit struct {
-	Algorithm      string   `json:"algorithm"`
-	Burst          int      `json:"burst"`
-	Calendar       bool     `json:"calendar"`
-	DetailedMetric bool     `json:"detailed_metric"`
-	FailureMode    string   `json:"failure_mode"`
-	Lease          bool     `json:"lease"`
-	Name           string   `json:"name"`
-	OnLimit        *OnLimit `json:"on_limit,omitempty"`
+	Algorithm      string           `json:"algorithm"`
+	Burst          int              `json:"burst"`
+	Calendar       bool             `json:"calendar"`
+	Consistency    LimitConsistency `json:"consistency"`
+	DetailedMetric bool             `json:"detailed_metric"`
+	FailureMode    string           `json:"failure_mode"`
+	Lease          bool             `json:"lease"`
+	Name           string           `json:"name"`
+	OnLimit        *OnLimit         `json:"on_limit,omitempty"`
 
 	// Path Example: api_key.route_/search
 	Path            string   `json:"path"`
@@ -1454,6 +1495,9 @@ type Limit struct {
 	UnitMultiplier *int `json:"unit_multiplier,omitempty"`
 	Unlimited      bool `json:"unlimited"`
 }
+
+// LimitConsistency defines model for Limit.Consistency.
+type LimitConsistency string
 
 // LoginRequest defines model for LoginRequest.
 type LoginRequest struct {

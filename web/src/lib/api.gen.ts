@@ -3441,6 +3441,8 @@ export interface components {
             calendar?: boolean;
             shards?: number;
             lease?: boolean;
+            /** @enum {string} */
+            consistency?: "exact" | "async";
             on_limit?: components["schemas"]["OnLimit"];
             descriptors?: components["schemas"]["Descriptor"][];
         };
@@ -3480,6 +3482,8 @@ export interface components {
             calendar: boolean;
             shards: number;
             lease: boolean;
+            /** @enum {string} */
+            consistency: "exact" | "async";
             on_limit?: components["schemas"]["OnLimit"];
             replaces?: string[];
         };

@@ -21,6 +21,7 @@ function limit(over: Partial<PreviewLimit>): PreviewLimit {
       calendar: false,
       shards: 1,
       lease: false,
+      consistency: 'exact',
     },
     previewable: true,
     estimate: false,

@@ -22,6 +22,8 @@ export const algorithms = [
 
 /** The failure modes (rules.FailureMode); open is the default. */
 export const failureModes = ['open', 'closed', 'local'] as const;
+/** consistencies: exact asks the store on every check, async counts on the node and flushes. */
+export const consistencies = ['exact', 'async'] as const;
 
 /** RateLimitModel is a descriptor's rate_limit; unknown fields are kept as they are. */
 export interface RateLimitModel {

@@ -2,7 +2,7 @@
 // document the cursor is (found from indentation, so it works on the
 // half-typed, invalid YAML people have while typing) and what the schema
 // allows there. Pure functions, no CodeMirror.
-import { algorithms, failureModes, units } from './ruleform';
+import { algorithms, consistencies, failureModes, units } from './ruleform';
 
 /** JSONSchema is the subset of JSON Schema that completion reads. */
 export interface JSONSchema {
@@ -45,6 +45,7 @@ export const fallbackSchema: JSONSchema = {
         shadow_mode: { type: 'boolean', description: 'count and report, never reject' },
         detailed_metric: { type: 'boolean', description: 'per-value metrics' },
         failure_mode: { enum: [...failureModes], default: 'open', description: 'answer when Redis is unreachable' },
+        consistency: { enum: [...consistencies], default: 'exact', description: 'async: count on the node, flush in batches, exact near the limit' },
         descriptors: { type: 'array', items: { $ref: '#/$defs/descriptor' }, description: 'nested descriptors' },
       },
     },
