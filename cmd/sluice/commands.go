@@ -108,12 +108,13 @@ const enforcerGCPercent = 400
 
 func runEnforcer(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var cfg enforcer.Config
-	var logLevel, labels, trusted, storeTimeout string
+	var logLevel, labels, trusted, storeTimeout, asyncFlush string
 	var printConfig bool
 	fs := newFlagSet("enforcer", getenv, stderr)
 	enforcerFlags(fs, &cfg)
 	gatewayFlags(fs, &cfg, &trusted)
 	fs.string(&storeTimeout, "redis-timeout", "SLUICE_REDIS_TIMEOUT", "50ms", "bound on each step (dial, pool wait, write, read) of a check's Redis call; past it the limit's failure_mode answers")
+	fs.string(&asyncFlush, "async-flush-interval", "SLUICE_ASYNC_FLUSH_INTERVAL", "100ms", "how often the hits of consistency: async limits are sent to Redis (10ms to 10s)")
 	fs.string(&labels, "labels", "SLUICE_LABELS", "", "node labels as k=v,k=v")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
@@ -138,6 +139,9 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	if cfg.StoreTimeout, err = time.ParseDuration(storeTimeout); err != nil || cfg.StoreTimeout <= 0 {
 		return fmt.Errorf("enforcer: --redis-timeout %q: want a positive duration like 50ms", storeTimeout)
 	}
+	if cfg.AsyncFlushInterval, err = time.ParseDuration(asyncFlush); err != nil || cfg.AsyncFlushInterval < 10*time.Millisecond || cfg.AsyncFlushInterval > 10*time.Second {
+		return fmt.Errorf("enforcer: --async-flush-interval %q: want a duration from 10ms to 10s", asyncFlush)
+	}
 	if cfg.GatewayTrustedProxies, err = middleware.ParseTrustedProxies(trusted); err != nil {
 		return fmt.Errorf("enforcer: --gateway-trusted-proxies: %w", err)
 	}
@@ -154,7 +158,7 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 			cfg.ConsoleURL, tok, cfg.NodeID, redact(cfg.RedisURL), cfg.HTTPAddr, cfg.GRPCAddr, cfg.StateDir, labels)
 		fmt.Fprintf(stdout, "redis_timeout=%s\ngateway_listen=%s\ngateway_upstream=%s\ngateway_domain=%s\ngateway_trusted_proxies=%s\n",
 			cfg.StoreTimeout, cfg.GatewayAddr, redact(cfg.GatewayUpstream), cfg.GatewayDomain, trusted)
-		fmt.Fprintf(stdout, "rules_dir=%s\n", cfg.RulesDir)
+		fmt.Fprintf(stdout, "rules_dir=%s\nasync_flush_interval=%s\n", cfg.RulesDir, cfg.AsyncFlushInterval)
 		return nil
 	}
 	if cfg.NodeToken == "" && cfg.RulesDir == "" {

@@ -290,6 +290,7 @@ type Engine struct {
 
 	quota  quotas  // quota usage for billing (quota.go)
 	leases *leases // WithLeases (lease.go)
+	async  *asyncs // WithAsync (async.go)
 }
 
 // Option changes a setting of New.
@@ -344,6 +345,7 @@ func (e *Engine) Apply(version int64, set *rules.Set) error {
 	}
 	e.current.Store(&ruleset{version: version, set: set, domains: domains})
 	e.leases.changed(set)
+	e.async.changed(set)
 	return nil
 }
 
@@ -499,7 +501,7 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		// A blocking limit rejected: consume nothing, but say what remains
 		// of the others, as Lyft does.
 		e.peek(ctx, &res, reqs, idx, idx)
-	} else if err := e.decideLeased(ctx, &res, reqs, idx, req.Descriptors, req.Shape); err != nil {
+	} else if err := e.decideAsync(ctx, &res, reqs, idx, req.Descriptors, req.Shape); err != nil {
 		res.StoreErr = err
 		e.failureModes(ctx, &res, reqs, idx, adj)
 	} else if res.Code == OverLimit {

@@ -72,6 +72,7 @@ package engine
 // returned and are lost (under-admission, never over).
 
 import (
+	"cmp"
 	"context"
 	"hash/maphash"
 	"math"
@@ -141,13 +142,18 @@ func (e *Engine) LeaseStats() (admitted, granted int64) {
 	return e.leases.admitted.Load(), e.leases.granted.Load()
 }
 
-// Close returns every unused leased unit to Redis (graceful shutdown) and
-// stops leasing. Checks after Close go to the store.
+// Close returns every unused leased unit to Redis and flushes every
+// pending async hit (graceful shutdown), and stops leasing and async
+// counting. Checks after Close go to the store.
 func (e *Engine) Close(ctx context.Context) error {
-	if e.leases == nil {
-		return nil
+	var err error
+	if e.async != nil {
+		err = e.async.close(ctx)
 	}
-	return e.leases.close(ctx)
+	if e.leases != nil {
+		err = cmp.Or(e.leases.close(ctx), err)
+	}
+	return err
 }
 
 // Leases of one engine.

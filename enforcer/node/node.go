@@ -60,6 +60,10 @@ type Config struct {
 	// limiter.DefaultTimeout (50 ms) when zero. Past it the limit's failure
 	// mode answers.
 	StoreTimeout time.Duration
+	// AsyncFlushInterval is how often the node sends the hits of
+	// consistency: async limits to Redis; engine.DefaultAsyncInterval
+	// (100 ms) when zero.
+	AsyncFlushInterval time.Duration
 	// Labels and Build are reported to the console in Hello.
 	Labels map[string]string
 	Build  string
@@ -130,7 +134,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	rdb := limiter.NewRedis(client)
 	// Lease: true limits are served from local leases on hot keys.
-	opts := []engine.Option{engine.WithLeases(rdb, engine.LeaseOptions{Timeout: cfg.StoreTimeout})}
+	// Consistency: async limits are counted on the node and flushed.
+	opts := []engine.Option{engine.WithLeases(rdb, engine.LeaseOptions{Timeout: cfg.StoreTimeout}),
+		engine.WithAsync(rdb, engine.AsyncOptions{Interval: cfg.AsyncFlushInterval})}
 	if cfg.RulesDir != "" {
 		opts = append(opts, engine.WithoutStats()) // no console to send them to
 	}
@@ -267,12 +273,12 @@ func (n *Node) Run(ctx context.Context) error {
 // Ping reports whether Redis answers (for /readyz).
 func (n *Node) Ping(ctx context.Context) error { return n.ping(ctx) }
 
-// Close returns the engine's unused leased units to Redis (for up to a
-// second) and releases the Redis connections. Call it after Run has
+// Close returns the engine's unused leased units and flushes its pending
+// async hits to Redis (for up to a second) and releases the Redis connections. Call it after Run has
 // returned and the servers have stopped.
 func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = n.Engine.Close(ctx) // what is not returned is lost: under-admission, never over
+	_ = n.Engine.Close(ctx) // leased units not returned are lost (under-admission); async hits not flushed, over-admission
 	cancel()
 	return n.client.Close()
 }

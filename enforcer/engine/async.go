@@ -1,0 +1,682 @@
+package engine
+
+// # Async counting (consistency: async)
+//
+// A limit whose rule sets consistency: async is decided from the node's
+// local view while it is far from its limit: the node admits the request
+// without asking Redis, keeps the hits pending, and sends every key's
+// pending hits in one pipelined flush per interval (AsyncOptions.Interval,
+// default 100 ms; limiter.Redis.Flush), which counts them in Redis at the
+// times they were admitted (to 10 ms) and reports each limit's remaining:
+// the fleet's total, learnt in the same round trip. Near the limit the node
+// does not guess: the check goes to Redis exactly as with consistency:
+// exact (after flushing the key's pending hits first).
+//
+// The local view of a key on node i: R, the remaining Redis reported at
+// its last flush or exact check, a time a ago (the limit's capacity once
+// its reset time has passed); P, the hits node i admitted that R does not
+// hold. A check of h hits is admitted locally when
+//
+//	R − P − h ≥ M,   M = N·r·(a + T + 2d) + N·h
+//
+// with N the node count (the console's node_count), r the key's rate on
+// this node (hits/s, rising at once with a burst, decaying over a second),
+// T the flush interval and d the last flush round trip; otherwise it goes
+// exact. The first check of a key, one whose view is older than
+// AsyncOptions.MaxAge (2 s), and every check while the key's last flush
+// failed go exact too.
+//
+// The bound. Every admitted hit reaches Redis (locally admitted ones at
+// the next flush, exact ones at once), so Redis refuses a request only when
+// the fleet has admitted at least limit − h: async never under-admits
+// (short of the loss below). Over-admission: node i's locally admitted hits
+// fit in the true remaining unless the other nodes' hits it has not seen —
+// those since R was read and those pending on them then, at most
+// Σ_{j≠i} r_j·(a + T + 2d) — exceed M. When the load is spread evenly over
+// the nodes (r_j ≤ r_i·N/(N−1)), M covers them and the fleet admits at
+// most the limit. Otherwise each node over-admits at most what it admits
+// locally in one interval after the crossing, so in all
+//
+//	admitted ≤ limit + Σ_i r_i·(T + d) = limit + F·(T + d)
+//
+// per window (F the fleet's rate on the key), and limit exactly under even
+// load. Hits are counted at their times rounded down to 10 ms, so a bucket
+// may also credit up to 10 ms of refill per flush (limit × 10 ms / period).
+//
+// Losses: hits admitted but not yet flushed when a node dies (at most its
+// r·(T + d) per key) are never counted: the fleet over-admits by them.
+// Flushes that fail are kept and sent again at the next interval (a
+// window's hits count only while their window lasts), and meanwhile the
+// key's checks go exact, so the store's failure modes (open, closed,
+// local) answer for them as for any limit. A rule change (Apply) retires
+// the keys whose limit changed and flushes their pending hits under the
+// old limit at the next interval. Close flushes everything.
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/enforcer/breaker"
+	"github.com/sluicehq/sluice/enforcer/limiter"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Defaults of AsyncOptions.
+const (
+	DefaultAsyncInterval = 100 * time.Millisecond
+	DefaultAsyncMaxAge   = 2 * time.Second
+	DefaultAsyncMaxKeys  = 100_000
+	DefaultAsyncTimeout  = 500 * time.Millisecond
+)
+
+// asyncTick is the resolution of the times hits are counted at.
+const asyncTick = 10 * time.Millisecond
+
+// maxAsyncSlots bounds the times kept per key (while flushes fail).
+const maxAsyncSlots = 64
+
+// AsyncOptions configures WithAsync; zero values mean the defaults.
+type AsyncOptions struct {
+	// Interval is the time between flushes of a key's pending hits
+	// (default DefaultAsyncInterval).
+	Interval time.Duration
+	// MaxAge is how old a key's view may be for a local decision (default
+	// DefaultAsyncMaxAge); an older one makes the check exact.
+	MaxAge time.Duration
+	// MaxKeys bounds the keys tracked (default DefaultAsyncMaxKeys); past
+	// it, new keys are checked exactly until idle ones are dropped.
+	MaxKeys int
+	// Timeout bounds each flush call (default DefaultAsyncTimeout).
+	Timeout time.Duration
+}
+
+// WithAsync lets the limits whose rule sets consistency: async be counted
+// asynchronously through r (the Redis the store counts in). See "Async
+// counting" in async.go.
+func WithAsync(r *limiter.Redis, o AsyncOptions) Option {
+	return func(e *Engine) {
+		if o.Interval <= 0 {
+			o.Interval = DefaultAsyncInterval
+		}
+		if o.MaxAge <= 0 {
+			o.MaxAge = DefaultAsyncMaxAge
+		}
+		if o.MaxKeys <= 0 {
+			o.MaxKeys = DefaultAsyncMaxKeys
+		}
+		if o.Timeout <= 0 {
+			o.Timeout = DefaultAsyncTimeout
+		}
+		e.async = &asyncs{e: e, redis: r, opts: o, m: map[leaseKey]*akey{}, stop: make(chan struct{})}
+	}
+}
+
+// AsyncStats reports, since start, how many limits of checks were admitted
+// locally, how many async limits went exact, and how many hits were lost to
+// flushes that never succeeded (their window ended first).
+type AsyncStats struct {
+	Local, Exact, Flushes, FlushErrors int64
+}
+
+// AsyncStats returns the async counters (zero without WithAsync).
+func (e *Engine) AsyncStats() AsyncStats {
+	as := e.async
+	if as == nil {
+		return AsyncStats{}
+	}
+	return AsyncStats{Local: as.local.Load(), Exact: as.exact.Load(), Flushes: as.flushes.Load(), FlushErrors: as.flushErrors.Load()}
+}
+
+// asyncs is the async counting of one engine.
+type asyncs struct {
+	e     *Engine
+	redis *limiter.Redis
+	opts  AsyncOptions
+
+	local, exact, flushes, flushErrors atomic.Int64
+	rtt                                atomic.Int64 // ns, the last flush's round trip
+	closed                             atomic.Bool
+
+	mu        sync.RWMutex
+	m         map[leaseKey]*akey
+	lastSweep time.Time
+
+	qmu     sync.Mutex
+	queue   []*akey // keys with pending hits, each once
+	running bool    // the flush loop runs
+	stop    chan struct{}
+	loopWG  sync.WaitGroup
+}
+
+// akey is one async key on this node.
+type akey struct {
+	req     limiter.Request // Hits 0
+	domain  string
+	entries []rules.Entry // the descriptor that made it, for Apply
+	rule    rules.Limit
+
+	mu       sync.Mutex
+	have     bool      // known is set
+	known    int64     // Redis's remaining at knownAt
+	knownAt  time.Time // local monotonic clock
+	resetAt  time.Time // when the limit is full again (as of known)
+	gen      uint64    // bumped when known is set by a flush
+	pending  []aslot   // admitted, not flushed; oldest first
+	npending int64
+	inflight int64         // hits in a flush not answered yet
+	flushing chan struct{} // closed when the flush in flight ends
+	failed   bool          // the last flush failed
+	queued   bool
+	dead     bool
+	// The key's rate on this node: hits since rateStart, and the rate.
+	hits      int64
+	rateStart time.Time
+	rate      float64
+	last      time.Time
+}
+
+// aslot is hits admitted from at on (within asyncTick).
+type aslot struct {
+	at   time.Time
+	hits int64
+}
+
+// aheld is one limit of a request admitted locally, not final yet.
+type aheld struct {
+	k          *akey
+	hits       int64
+	i          int
+	remaining  int64
+	resetAfter time.Duration
+}
+
+// decideAsync is decideLeased for a check's store requests with async
+// counting: the async limits that the local view admits are reserved
+// there, the others go to decideLeased, and the reservations stand only if
+// it admits the request. Async limits that go exact have their pending
+// hits flushed first, and refresh the view from the answer.
+func (e *Engine) decideAsync(ctx context.Context, res *Result, reqs []limiter.Request, idx []int, descs []Descriptor, shape bool) error {
+	as := e.async
+	if as == nil || as.closed.Load() || !hasAsync(res.Statuses, idx) {
+		return e.decideLeased(ctx, res, reqs, idx, descs, shape)
+	}
+	var (
+		hs    []aheld
+		exact []*akey // async keys of requests that go to the store
+		eidx  []int   // their status indexes
+		gens  []uint64
+	)
+	now := time.Now()
+	nodes := int64(e.NodeCount())
+	for j, r := range reqs {
+		i := idx[j]
+		l := res.Statuses[i].Limit
+		if !l.Async || r.Hits <= 0 || descs[i].Override != nil || !limiter.Asyncable(r) {
+			continue
+		}
+		k := as.get(r, l, descs[i].Entries, now)
+		if k == nil {
+			continue
+		}
+		if h, ok := k.reserve(as, r.Hits, nodes, now); ok {
+			h.i = i
+			hs = append(hs, h)
+			continue
+		}
+		exact = append(exact, k)
+		eidx = append(eidx, i)
+	}
+	for _, k := range exact {
+		gens = append(gens, as.sync(ctx, k))
+	}
+	if len(exact) > 0 {
+		as.exact.Add(int64(len(exact)))
+	}
+	if len(hs) > 0 {
+		rest := make([]limiter.Request, 0, len(reqs)-len(hs))
+		ridx := make([]int, 0, len(reqs)-len(hs))
+		for j, r := range reqs {
+			if !slices.ContainsFunc(hs, func(h aheld) bool { return h.i == idx[j] }) {
+				rest = append(rest, r)
+				ridx = append(ridx, idx[j])
+			}
+		}
+		reqs, idx = rest, ridx
+	}
+	if len(reqs) > 0 {
+		if err := e.decideLeased(ctx, res, reqs, idx, descs, shape); err != nil {
+			for _, h := range hs {
+				h.k.release(h.hits)
+			}
+			return err
+		}
+		for n, k := range exact {
+			if s := res.Statuses[eidx[n]]; s.Limited() && !s.undecided && !s.StoreFailed {
+				k.learn(gens[n], s.Remaining, s.ResetAfter, now)
+			}
+		}
+		if res.Code == OverLimit {
+			for _, h := range hs {
+				h.k.release(h.hits)
+			}
+			return nil
+		}
+	}
+	for _, h := range hs {
+		s := &res.Statuses[h.i]
+		s.Code, s.RetryAfter, s.Delay = OK, 0, 0
+		s.Remaining, s.ResetAfter = h.remaining, h.resetAfter
+	}
+	if len(hs) > 0 {
+		as.local.Add(int64(len(hs)))
+	}
+	return nil
+}
+
+// hasAsync reports whether a status at idx has an async limit.
+func hasAsync(ss []Status, idx []int) bool {
+	for _, i := range idx {
+		if ss[i].Limit.Async {
+			return true
+		}
+	}
+	return false
+}
+
+// get returns r's key entry, made on first use; nil when too many keys are
+// tracked.
+func (as *asyncs) get(r limiter.Request, l *rules.Limit, entries []rules.Entry, now time.Time) *akey {
+	lk := leaseKey{r.Key, r.Algorithm, r.Limit, r.Burst, r.Period, r.Calendar}
+	as.mu.RLock()
+	k := as.m[lk]
+	as.mu.RUnlock()
+	if k != nil {
+		return k
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if k = as.m[lk]; k != nil {
+		return k
+	}
+	if len(as.m) >= as.opts.MaxKeys {
+		if now.Sub(as.lastSweep) < time.Second {
+			return nil
+		}
+		as.lastSweep = now
+		as.sweep(now)
+		if len(as.m) >= as.opts.MaxKeys {
+			return nil
+		}
+	}
+	req := r
+	req.Hits = 0
+	k = &akey{req: req, domain: l.Domain, entries: slices.Clone(entries), rule: *l}
+	as.m[lk] = k
+	return k
+}
+
+// sweep drops keys idle for MaxAge that hold nothing; as.mu is held.
+func (as *asyncs) sweep(now time.Time) {
+	cutoff := now.Add(-as.opts.MaxAge)
+	for lk, k := range as.m {
+		k.mu.Lock()
+		idle := k.npending == 0 && k.inflight == 0 && k.last.Before(cutoff)
+		if idle {
+			k.dead = true
+		}
+		k.mu.Unlock()
+		if idle {
+			delete(as.m, lk)
+		}
+	}
+}
+
+// capacity is the most the key's limit holds.
+func (k *akey) capacity() int64 {
+	if k.req.Burst > 0 && (k.req.Algorithm == "" || k.req.Algorithm == rules.TokenBucket || k.req.Algorithm == rules.LeakyBucket) {
+		return k.req.Burst
+	}
+	return k.req.Limit
+}
+
+// reserve admits hits from the local view if it is far enough from the
+// limit (see the package doc), adding them to the pending hits.
+func (k *akey) reserve(as *asyncs, hits, nodes int64, now time.Time) (aheld, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.last = now
+	rate := k.observe(hits, now)
+	if k.dead || k.failed || !k.have {
+		return aheld{}, false
+	}
+	age := now.Sub(k.knownAt)
+	if age > as.opts.MaxAge {
+		return aheld{}, false
+	}
+	known, resetAt := k.known, k.resetAt
+	if !now.Before(resetAt) {
+		known = k.capacity() // back to full since
+		resetAt = now
+	}
+	est := known - k.npending - k.inflight - hits
+	d := time.Duration(as.rtt.Load())
+	margin := float64(nodes)*rate*(age+as.opts.Interval+2*d).Seconds() + float64(nodes*hits)
+	if float64(est) < margin {
+		return aheld{}, false
+	}
+	if n := len(k.pending); n > 0 && now.Sub(k.pending[n-1].at) < asyncTick {
+		k.pending[n-1].hits += hits
+	} else if n >= maxAsyncSlots {
+		k.pending[n-1].hits += hits // its earlier time only makes them count sooner
+	} else {
+		k.pending = append(k.pending, aslot{at: now.Truncate(asyncTick), hits: hits})
+	}
+	k.npending += hits
+	if !k.queued {
+		k.queued = true
+		as.enqueue(k)
+	}
+	return aheld{k: k, hits: hits, remaining: max(est, 0), resetAfter: max(resetAt.Sub(now), 0)}, true
+}
+
+// observe counts hits into the key's rate and returns the rate to plan
+// with: the last interval's, or the current one's if higher (a burst),
+// decaying by half per second of quiet. k.mu is held.
+func (k *akey) observe(hits int64, now time.Time) float64 {
+	if k.rateStart.IsZero() {
+		k.rateStart = now
+	}
+	k.hits += hits
+	el := now.Sub(k.rateStart)
+	if el >= rateInterval {
+		measured := float64(k.hits) / el.Seconds()
+		decayed := k.rate / (1 + el.Seconds())
+		k.rate = max(measured, decayed)
+		k.hits, k.rateStart = 0, now
+		return k.rate
+	}
+	return max(k.rate, float64(k.hits)/max(el, asyncTick).Seconds())
+}
+
+// release takes back reserved hits of a request that was refused or
+// failed (from the newest times; if they were flushed already, they stay
+// counted: a few hits of under-admission).
+func (k *akey) release(hits int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := len(k.pending) - 1; i >= 0 && hits > 0; i-- {
+		n := min(k.pending[i].hits, hits)
+		k.pending[i].hits -= n
+		k.npending -= n
+		hits -= n
+		if k.pending[i].hits == 0 {
+			k.pending = k.pending[:i]
+		}
+	}
+}
+
+// learn sets the view from an exact check's answer, unless a flush has
+// answered since gen was read (its answer is newer).
+func (k *akey) learn(gen uint64, remaining int64, resetAfter time.Duration, sent time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.gen != gen {
+		return
+	}
+	k.have, k.failed = true, false
+	k.known, k.knownAt = remaining, sent
+	k.resetAt = time.Now().Add(resetAfter)
+}
+
+// sync flushes k's pending hits before an exact check of it, waiting for
+// a flush in flight, so that Redis holds every hit this node admitted; it
+// returns the view's generation. A key whose flushes fail, or with the
+// breaker open, is not flushed here (the flush loop retries it).
+func (as *asyncs) sync(ctx context.Context, k *akey) uint64 {
+	k.mu.Lock()
+	wait := k.flushing
+	skip := k.failed || (k.npending == 0 && wait == nil)
+	k.mu.Unlock()
+	if b := as.e.breaker; b != nil && b.State() != breaker.Closed {
+		skip = true
+	}
+	if !skip {
+		if wait != nil {
+			t := time.NewTimer(as.opts.Timeout)
+			select {
+			case <-wait:
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		as.flush(ctx, []*akey{k})
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.gen
+}
+
+// enqueue adds k to the keys the flush loop sends, starting the loop.
+func (as *asyncs) enqueue(k *akey) {
+	as.qmu.Lock()
+	as.queue = append(as.queue, k)
+	start := !as.running && !as.closed.Load()
+	if start {
+		as.running = true
+		as.loopWG.Add(1)
+	}
+	as.qmu.Unlock()
+	if start {
+		go as.loop()
+	}
+}
+
+// loop flushes the queued keys every interval; it ends after a second with
+// nothing to send (enqueue starts it again).
+func (as *asyncs) loop() {
+	defer as.loopWG.Done()
+	t := time.NewTicker(as.opts.Interval)
+	defer t.Stop()
+	idle := time.Duration(0)
+	for {
+		select {
+		case <-t.C:
+		case <-as.stop:
+			return
+		}
+		as.qmu.Lock()
+		keys := as.queue
+		as.queue = nil
+		if len(keys) == 0 {
+			idle += as.opts.Interval
+			if idle >= time.Second {
+				as.running = false
+				as.qmu.Unlock()
+				return
+			}
+		}
+		as.qmu.Unlock()
+		if len(keys) > 0 {
+			idle = 0
+			as.flush(context.Background(), keys)
+		}
+	}
+}
+
+// flush sends the pending hits of keys in one Redis.Flush and sets their
+// views from the answer. Keys that fail keep their hits (and are queued
+// again); keys with a flush in flight are queued again.
+func (as *asyncs) flush(ctx context.Context, keys []*akey) {
+	fs := make([]limiter.Flush, 0, len(keys))
+	sent := make([]*akey, 0, len(keys))
+	slots := make([][]aslot, 0, len(keys))
+	var again []*akey
+	now := time.Now()
+	d := time.Duration(as.rtt.Load()) / 2
+	for _, k := range keys {
+		k.mu.Lock()
+		k.queued = false
+		switch {
+		case k.npending == 0 && k.flushing == nil:
+			// Nothing to send (released, or flushed by a check).
+		case k.flushing != nil:
+			k.queued = true
+			again = append(again, k)
+		default:
+			adm := make([]limiter.Admitted, len(k.pending))
+			for i, s := range k.pending {
+				adm[i] = limiter.Admitted{Age: now.Sub(s.at) + d, Hits: s.hits}
+			}
+			fs = append(fs, limiter.Flush{Req: k.req, Admitted: adm})
+			slots = append(slots, k.pending)
+			sent = append(sent, k)
+			k.inflight += k.npending
+			k.pending, k.npending = nil, 0
+			k.flushing = make(chan struct{})
+		}
+		k.mu.Unlock()
+	}
+	if len(again) > 0 {
+		as.qmu.Lock()
+		as.queue = append(as.queue, again...)
+		as.qmu.Unlock()
+	}
+	if len(fs) == 0 {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), as.opts.Timeout)
+	out, err := as.redis.Flush(fctx, fs)
+	cancel()
+	done := time.Now()
+	as.flushes.Add(1)
+	if err == nil {
+		as.rtt.Store(int64(done.Sub(now)))
+	}
+	var retry []*akey
+	failed := false
+	for n, k := range sent {
+		ferr := err
+		if ferr == nil {
+			ferr = out[n].Err
+		}
+		k.mu.Lock()
+		var units int64
+		for _, s := range slots[n] {
+			units += s.hits
+		}
+		k.inflight -= units
+		if ferr != nil {
+			failed = true
+			k.failed = true
+			// Kept, older than anything pending since, and sent again.
+			k.pending = append(slots[n], k.pending...)
+			if len(k.pending) > maxAsyncSlots {
+				k.pending = mergeSlots(k.pending)
+			}
+			k.npending += units
+			if !k.queued {
+				k.queued = true
+				retry = append(retry, k)
+			}
+		} else {
+			k.failed = false
+			k.have = true
+			k.known, k.knownAt = out[n].Remaining, now
+			k.resetAt = done.Add(out[n].ResetAfter)
+			k.gen++
+		}
+		close(k.flushing)
+		k.flushing = nil
+		k.mu.Unlock()
+	}
+	if failed {
+		as.flushErrors.Add(1)
+	}
+	if len(retry) > 0 {
+		as.qmu.Lock()
+		as.queue = append(as.queue, retry...)
+		as.qmu.Unlock()
+	}
+}
+
+// mergeSlots folds the oldest slots into one at the oldest time, down to
+// maxAsyncSlots (earlier times only make hits count sooner).
+func mergeSlots(s []aslot) []aslot {
+	extra := len(s) - maxAsyncSlots + 1
+	for i := 1; i <= extra; i++ {
+		s[0].hits += s[i].hits
+	}
+	return append(s[:1], s[extra+1:]...)
+}
+
+// changed retires the keys whose limit no longer applies as it was; their
+// pending hits are flushed under the old limit by the flush loop.
+func (as *asyncs) changed(set *rules.Set) {
+	if as == nil {
+		return
+	}
+	var gone []*akey
+	as.mu.Lock()
+	for lk, k := range as.m {
+		nl := set.Match(k.domain, k.entries)
+		if nl == nil || !sameCounting(nl, &k.rule) || nl.Async != k.rule.Async {
+			delete(as.m, lk)
+			gone = append(gone, k)
+		}
+	}
+	as.mu.Unlock()
+	for _, k := range gone {
+		k.mu.Lock()
+		k.dead = true
+		queue := k.npending > 0 && !k.queued
+		if queue {
+			k.queued = true
+		}
+		k.mu.Unlock()
+		if queue {
+			as.enqueue(k)
+		}
+	}
+}
+
+// close flushes every pending hit and stops the flush loop.
+func (as *asyncs) close(ctx context.Context) error {
+	as.closed.Store(true)
+	as.qmu.Lock()
+	if as.running {
+		close(as.stop)
+		as.running = false
+	}
+	as.qmu.Unlock()
+	as.loopWG.Wait()
+	as.mu.Lock()
+	var keys []*akey
+	for _, k := range as.m {
+		keys = append(keys, k)
+	}
+	as.mu.Unlock()
+	as.qmu.Lock()
+	keys = append(keys, as.queue...) // retired ones too
+	as.queue = nil
+	as.qmu.Unlock()
+	for range 3 { // a key with a flush in flight comes back once
+		var left []*akey
+		for _, k := range keys {
+			k.mu.Lock()
+			if k.npending > 0 || k.flushing != nil {
+				left = append(left, k)
+			}
+			k.mu.Unlock()
+		}
+		if len(left) == 0 || ctx.Err() != nil {
+			break
+		}
+		as.flush(ctx, left)
+		keys = left
+	}
+	return ctx.Err()
+}
