@@ -32,6 +32,9 @@
 # LEASE=1 also runs a second enforcer, "sluice+lease", whose limit sets
 # lease: true (local leases for hot keys), measured beside the first.
 #
+# ASYNC=1 also runs an enforcer "sluice+async" whose limit sets
+# consistency: async (counted on the node, flushed to Redis every 100 ms).
+#
 # PIN=1 runs the servers and Redis on CPU 0 and every load generator
 # (sluice bench, h2load, redis-benchmark) on the other CPUs, with taskset:
 # the load generator then takes no CPU from what it measures, and each Go
@@ -57,6 +60,7 @@ FLOOR=${FLOOR:-1}
 FLOOR_REDIS=${FLOOR_REDIS:-$FLOOR}
 PIN=${PIN:-0}
 LEASE=${LEASE:-0}
+ASYNC=${ASYNC:-0}
 H2LOAD=${H2LOAD-$(command -v h2load || true)}
 # Binaries given by relative paths stay found from the repository's root,
 # where the script builds what it needs.
@@ -94,11 +98,11 @@ if [[ $FLOOR == 1 || $FLOOR_REDIS == 1 ]]; then
 	go build -o "$work/floor" ./examples/bench/floor
 fi
 
-read -r RP HP GP LHP LGP LDP FHP FGP EHP EGP RHP RGP < <(python3 -c '
+read -r RP HP GP LHP LGP LDP FHP FGP EHP EGP RHP RGP AHP AGP < <(python3 -c '
 import socket
 ps=[]
 socks=[]
-for i in range(12):
+for i in range(14):
     s=socket.socket(); s.bind(("127.0.0.1",0)); ps.append(s.getsockname()[1]); socks.append(s)
 print(" ".join(map(str,ps)))')
 
@@ -123,7 +127,7 @@ descriptors:
 SLUICE_RULES="$RULES    failure_mode: closed
 "
 # The enforcer starts from a saved snapshot (no console needed).
-mkdir -p "$work/state" "$work/state-lease" "$work/lyft/ratelimit/config"
+mkdir -p "$work/state" "$work/state-lease" "$work/state-async" "$work/lyft/ratelimit/config"
 snapshot() { # FILE YAML
 	RULES="$2" python3 - "$1" <<'PY'
 import hashlib, json, os, sys
@@ -135,6 +139,8 @@ PY
 }
 snapshot "$work/state/snapshot.json" "$SLUICE_RULES"
 snapshot "$work/state-lease/snapshot.json" "$SLUICE_RULES    lease: true
+"
+snapshot "$work/state-async/snapshot.json" "$SLUICE_RULES    consistency: async
 "
 printf '%s' "$RULES" >"$work/lyft/ratelimit/config/bench.yaml"
 
@@ -162,6 +168,14 @@ if [[ $LEASE == 1 ]]; then
 	pids+=($!)
 	LEASE_PID=$!
 	wait_for "http://127.0.0.1:$EHP/readyz"
+fi
+if [[ $ASYNC == 1 ]]; then
+	"${on_servers[@]}" "$SLUICE" enforcer --console-url http://127.0.0.1:9 --node-token bench --node-id bench-async \
+		--redis-url "redis://127.0.0.1:$RP/0" --listen "127.0.0.1:$AHP" --grpc-listen "127.0.0.1:$AGP" \
+		--state-dir "$work/state-async" --log-level error 2>/dev/null &
+	pids+=($!)
+	ASYNC_PID=$!
+	wait_for "http://127.0.0.1:$AHP/readyz"
 fi
 
 if [[ -n $LYFT_BIN ]]; then
@@ -208,7 +222,7 @@ measure() {
 	read -r s0 r0 <"$work/t0"
 	awk -v o="$out" -v s="$(($(ticks "$pid") - s0))" -v r="$(($(ticks "$REDIS_PID") - r0))" -v hz="$HZ" 'BEGIN {
 		split(o, f, " "); n = f[5] > 0 ? f[5] : 1
-		printf "%s %s %s %s %.1f %.1f %s\n", f[1], f[2], f[3], f[4], s * 1e6 / hz / n, r * 1e6 / hz / n, f[6]
+		printf "%s %s %s %s %.1f %.1f %s %s\n", f[1], f[2], f[3], f[4], s * 1e6 / hz / n, r * 1e6 / hz / n, f[6], f[7]
 	}'
 }
 
@@ -223,8 +237,8 @@ bench() {
 	fi
 	# Undecided: not decided by Redis — errors (Lyft) and over_limit
 	# (Sluice, failing closed), in % of the checks answered.
-	awk '/^checks\/s/ {r=$2} /^p50/ {a=$2} /^p99/ {b=$2} /^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6} /^cpu\/check/ {u=$2}
-		END {printf "%s %s %s %.1f %d %s\n", r, a, b, n+e ? 100*(e+o)/(n+e) : 0, n, u}' <<<"$res"
+	awk '/^checks\/s/ {r=$2} /^p50/ {a=$2} /^p99 / {b=$2} /^p999/ {c=$2} /^errors/ {e=$2} /^checks / {n=$2; sub(/\)/, "", $6); o=$6} /^cpu\/check/ {u=$2}
+		END {printf "%s %s %s %.1f %d %s %s\n", r, a, b, n+e ? 100*(e+o)/(n+e) : 0, n, u, c}' <<<"$res"
 }
 
 # secs DURATION: a duration of sluice bench and h2load (500ms, 3s, 1m) in seconds.
@@ -255,7 +269,7 @@ h2() {
 	# 3: µs until the end of the response).
 	awk '{print $3, ($2 == 200 ? 0 : 1)}' "$work/h2.log" | sort -n |
 		awk -v r="$rate" -v cpu="$cpu" '{d[++n] = $1; bad += $2}
-			END {printf "%.0f %.3f %.3f %.1f %d %.1f\n", r, d[int((n + 1) * 0.5)] / 1000, d[int(n * 0.99)] / 1000, n ? 100 * bad / n : 0, n, n ? cpu * 1e6 / n : 0}'
+			END {printf "%.0f %.3f %.3f %.1f %d %.1f %.3f\n", r, d[int((n + 1) * 0.5)] / 1000, d[int(n * 0.99)] / 1000, n ? 100 * bad / n : 0, n, n ? cpu * 1e6 / n : 0, d[int(n * 0.999)] / 1000}'
 }
 
 # col N: the median of column N of stdin
@@ -273,6 +287,7 @@ done
 # The servers measured: name, PID, gRPC address, HTTP address.
 servers=("sluice $SLUICE_PID 127.0.0.1:$GP 127.0.0.1:$HP")
 if [[ $LEASE == 1 ]]; then servers+=("sluice+lease $LEASE_PID 127.0.0.1:$EGP 127.0.0.1:$EHP"); fi
+if [[ $ASYNC == 1 ]]; then servers+=("sluice+async $ASYNC_PID 127.0.0.1:$AGP 127.0.0.1:$AHP"); fi
 if [[ -n $LYFT_BIN ]]; then LYFT_I=${#servers[@]}; servers+=("envoyproxy/ratelimit $LYFT_PID 127.0.0.1:$LGP 127.0.0.1:$LHP"); fi
 if [[ $FLOOR == 1 ]]; then servers+=("floor $FLOOR_PID 127.0.0.1:$FGP 127.0.0.1:$FHP"); fi
 if [[ $FLOOR_REDIS == 1 ]]; then servers+=("floor+redis $FLOOR_REDIS_PID 127.0.0.1:$RGP 127.0.0.1:$RHP"); fi
@@ -284,8 +299,8 @@ if [[ $FLOOR_REDIS == 1 ]]; then servers+=("floor+redis $FLOOR_REDIS_PID 127.0.0
 table() {
 	local load=$1 keys=$2 tr k c i name pid gaddr haddr t lyft
 	echo
-	echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | undecided % | server CPU µs/check | Redis CPU µs/check | load generator CPU µs/check | ÷ Lyft |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| server | transport | keys | callers | checks/s | p50 ms | p99 ms | p999 ms | undecided % | server CPU µs/check | Redis CPU µs/check | load generator CPU µs/check | ÷ Lyft |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for tr in $TRANSPORTS; do
 		for k in $keys; do
 			for c in $CONCURRENCY; do
@@ -307,7 +322,7 @@ table() {
 					read -r name _ <<<"${servers[$i]}"
 					local r=$work/r$i rate
 					rate=$(col 1 <"$r")
-					echo "| $name | $tr | $k | $c | $rate | $(col 2 <"$r") | $(col 3 <"$r") | $(col 4 <"$r") | $(col 5 <"$r") | $(col 6 <"$r") | $(col 7 <"$r") | $(awk -v a="$rate" -v b="$lyft" 'BEGIN {if (b > 0) printf "%.2f", a / b}') |"
+					echo "| $name | $tr | $k | $c | $rate | $(col 2 <"$r") | $(col 3 <"$r") | $(col 8 <"$r") | $(col 4 <"$r") | $(col 5 <"$r") | $(col 6 <"$r") | $(col 7 <"$r") | $(awk -v a="$rate" -v b="$lyft" 'BEGIN {if (b > 0) printf "%.2f", a / b}') |"
 				done
 			done
 		done

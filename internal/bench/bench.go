@@ -266,7 +266,7 @@ func printResult(w io.Writer, r result) {
 	for _, p := range []struct {
 		name string
 		q    float64
-	}{{"p50", 0.50}, {"p90", 0.90}, {"p99", 0.99}, {"max", 1}} {
+	}{{"p50", 0.50}, {"p90", 0.90}, {"p99", 0.99}, {"p999", 0.999}, {"max", 1}} {
 		fmt.Fprintf(tw, "%s\t%s\n", p.name, fmtLatency(r.percentile(p.q)))
 	}
 	tw.Flush()
