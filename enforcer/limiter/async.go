@@ -108,19 +108,17 @@ func (r *Redis) Flush(ctx context.Context, fs []Flush) ([]Synced, error) {
 	if len(calls) == 0 {
 		return out, nil
 	}
-	run := func(eval func(*call) *redis.Cmd) {
-		if len(calls) == 1 {
-			calls[0].cmd = eval(calls[0])
-			return
-		}
+	if len(calls) == 1 {
+		c := calls[0]
+		c.cmd = asyncScript.EvalSha(ctx, r.client, c.keys, c.args...)
+	} else {
 		_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, c := range calls {
 				c.cmd = asyncScript.EvalSha(ctx, p, c.keys, c.args...)
 			}
 			return nil
-		})
+		}) // each command carries its own error
 	}
-	run(func(c *call) *redis.Cmd { return asyncScript.EvalSha(ctx, r.client, c.keys, c.args...) })
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
 			// Not run: loading it and running it again counts nothing twice.

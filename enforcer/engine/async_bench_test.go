@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// BenchmarkAsyncOvershoot measures what consistency: async admits per
+// window of a fixed_window limit on two nodes sharing one hot value at
+// 1,000 checks/s in all (demand 5/3 of the limit), as admitted ÷ limit
+// over every full window: p50, p99, min and max, beside consistency:
+// exact on another value in the same run (its spread is the measurement's:
+// windows here are the node's clock, Redis counts on its own). Run with
+// -benchtime=1x: one iteration is the whole run (windows × period).
+func BenchmarkAsyncOvershoot(b *testing.B) {
+	for _, c := range []struct {
+		interval, period time.Duration
+		limit, windows   int
+	}{
+		{10 * time.Millisecond, 100 * time.Millisecond, 60, 100},
+		{100 * time.Millisecond, time.Second, 600, 20},
+	} {
+		b.Run(fmt.Sprintf("interval=%v/window=%v", c.interval, c.period), func(b *testing.B) {
+			for range b.N {
+				async, exact := overshoot(b, c.interval, c.period, c.limit, c.windows)
+				report(b, "async", async)
+				report(b, "exact", exact)
+			}
+		})
+	}
+}
+
+func report(b *testing.B, name string, r []float64) {
+	slices.Sort(r)
+	q := func(p float64) float64 { return r[min(int(p*float64(len(r))), len(r)-1)] }
+	b.ReportMetric(q(0.5), name+"_p50")
+	b.ReportMetric(q(0.99), name+"_p99")
+	b.ReportMetric(r[len(r)-1], name+"_max")
+	b.ReportMetric(r[0], name+"_min")
+}
+
+// overshoot runs the two-node load and returns admitted ÷ limit per full
+// window, async and exact.
+func overshoot(b *testing.B, interval, period time.Duration, limit, windows int) (async, exact []float64) {
+	url := testenv.RedisURL(b)
+	prefix := testenv.KeyPrefix(b)
+	src := fmt.Sprintf(`domain: api
+descriptors:
+  - key: hot
+    algorithm: fixed_window
+    rate_limit: {unit: second, requests_per_unit: %d}
+    consistency: async
+  - key: exact
+    algorithm: fixed_window
+    rate_limit: {unit: second, requests_per_unit: %d}
+`, limit, limit)
+	d, err := rules.Parse("o.yaml", []byte(src))
+	if err != nil {
+		b.Fatal(err)
+	}
+	set, err := rules.Compile([]*rules.Domain{d})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Windows shorter than a second, which the rules cannot say: the
+	// compiled limits' period is what the engine counts with.
+	for _, key := range []string{"hot", "exact"} {
+		set.Match("api", []rules.Entry{{Key: key, Value: "v"}}).Period = period
+	}
+	engines := []*Engine{
+		asyncEngine(b, url, prefix, AsyncOptions{Interval: interval}, set, 2),
+		asyncEngine(b, url, prefix, AsyncOptions{Interval: interval}, set, 2),
+	}
+	run := time.Duration(windows+1) * period
+	var (
+		mu    sync.Mutex
+		times = map[string][]time.Time{}
+		wg    sync.WaitGroup
+	)
+	start := time.Now()
+	every := 4 * time.Millisecond // 250/s per caller, 2 callers per node and key
+	for _, e := range engines {
+		for _, key := range []string{"hot", "exact"} {
+			for c := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req := Request{Domain: "api", Descriptors: []Descriptor{{Entries: []rules.Entry{{Key: key, Value: "v"}}}}}
+					next := start.Add(time.Duration(c) * every / 2)
+					for {
+						if w := time.Until(next); w > 0 {
+							time.Sleep(w)
+						}
+						now := time.Now()
+						if now.Sub(start) >= run {
+							return
+						}
+						if res, err := e.Check(context.Background(), req); err == nil && res.StoreErr == nil && res.Code == OK {
+							mu.Lock()
+							times[key] = append(times[key], now)
+							mu.Unlock()
+						}
+						next = next.Add(every)
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	end := time.Now()
+	for _, n := range perWindow(times["hot"], period, start, end) {
+		async = append(async, float64(n)/float64(limit))
+	}
+	for _, n := range perWindow(times["exact"], period, start, end) {
+		exact = append(exact, float64(n)/float64(limit))
+	}
+	return async, exact
+}
