@@ -146,6 +146,7 @@ type asyncs struct {
 
 	qmu     sync.Mutex
 	queue   []*akey // keys with pending hits, each once
+	urgent  []*akey // of those, keys near their limit: flushed every tick
 	running bool    // the flush loop runs
 	stop    chan struct{}
 	loopWG  sync.WaitGroup
@@ -170,6 +171,7 @@ type akey struct {
 	flushing chan struct{} // closed when the flush in flight ends
 	failed   bool          // the last flush failed
 	queued   bool
+	urgent   bool // in as.urgent
 	dead     bool
 	// The key's rate on this node: hits since rateStart, and the rate.
 	hits      int64
@@ -377,7 +379,13 @@ func (k *akey) reserve(as *asyncs, hits, nodes int64, now time.Time) (aheld, boo
 	k.npending += hits
 	if !k.queued {
 		k.queued = true
-		as.enqueue(k)
+		as.enqueue(k, false)
+	}
+	if !k.urgent && float64(est) < 2*margin {
+		// Near the limit: flushed every tick, so that when another node
+		// goes exact, Redis lacks at most a tick of this one's hits.
+		k.urgent = true
+		as.enqueue(k, true)
 	}
 	return aheld{k: k, hits: hits, remaining: max(est, 0), resetAfter: max(resetAt.Sub(now), 0)}, true
 }
@@ -460,10 +468,15 @@ func (as *asyncs) sync(ctx context.Context, k *akey) uint64 {
 	return k.gen
 }
 
-// enqueue adds k to the keys the flush loop sends, starting the loop.
-func (as *asyncs) enqueue(k *akey) {
+// enqueue adds k to the keys the flush loop sends (every interval, or
+// every tick when urgent), starting the loop.
+func (as *asyncs) enqueue(k *akey, urgent bool) {
 	as.qmu.Lock()
-	as.queue = append(as.queue, k)
+	if urgent {
+		as.urgent = append(as.urgent, k)
+	} else {
+		as.queue = append(as.queue, k)
+	}
 	start := !as.running && !as.closed.Load()
 	if start {
 		as.running = true
@@ -475,24 +488,32 @@ func (as *asyncs) enqueue(k *akey) {
 	}
 }
 
-// loop flushes the queued keys every interval; it ends after a second with
-// nothing to send (enqueue starts it again).
+// loop flushes the queued keys every interval, and the urgent ones every
+// tick (asyncTick); it ends after a second with nothing to send (enqueue
+// starts it again).
 func (as *asyncs) loop() {
 	defer as.loopWG.Done()
-	t := time.NewTicker(as.opts.Interval)
+	tick := min(asyncTick, as.opts.Interval)
+	t := time.NewTicker(tick)
 	defer t.Stop()
-	idle := time.Duration(0)
+	var idle, since time.Duration
 	for {
 		select {
 		case <-t.C:
 		case <-as.stop:
 			return
 		}
+		since += tick
 		as.qmu.Lock()
-		keys := as.queue
-		as.queue = nil
-		if len(keys) == 0 {
-			idle += as.opts.Interval
+		keys := as.urgent
+		as.urgent = nil
+		if since >= as.opts.Interval {
+			since = 0
+			keys = append(keys, as.queue...)
+			as.queue = nil
+		}
+		if len(keys) == 0 && len(as.queue) == 0 {
+			idle += tick
 			if idle >= time.Second {
 				as.running = false
 				as.qmu.Unlock()
@@ -519,7 +540,7 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 	d := time.Duration(as.rtt.Load()) / 2
 	for _, k := range keys {
 		k.mu.Lock()
-		k.queued = false
+		k.queued, k.urgent = false, false
 		switch {
 		case k.npending == 0 && k.flushing == nil:
 			// Nothing to send (released, or flushed by a check).
@@ -638,7 +659,7 @@ func (as *asyncs) changed(set *rules.Set) {
 		}
 		k.mu.Unlock()
 		if queue {
-			as.enqueue(k)
+			as.enqueue(k, false)
 		}
 	}
 }
@@ -661,7 +682,7 @@ func (as *asyncs) close(ctx context.Context) error {
 	as.mu.Unlock()
 	as.qmu.Lock()
 	keys = append(keys, as.queue...) // retired ones too
-	as.queue = nil
+	as.queue, as.urgent = nil, nil
 	as.qmu.Unlock()
 	for range 3 { // a key with a flush in flight comes back once
 		var left []*akey
