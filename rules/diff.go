@@ -319,6 +319,7 @@ func limitFields(l *Limit) []FieldChange {
 		FieldChange{Field: "calendar", After: flag(l.Calendar)},
 		FieldChange{Field: "shards", After: num(l.Shards)},
 		FieldChange{Field: "lease", After: flag(l.Lease)},
+		FieldChange{Field: "scope", After: globalScope(l)},
 		FieldChange{Field: "failure_mode", After: string(l.FailureMode)},
 		FieldChange{Field: "on_limit.action", After: string(l.OnLimit.Action)},
 		FieldChange{Field: "on_limit.max_delay", After: maxDelay},
@@ -390,6 +391,14 @@ func describeRequestDescriptor(rd RequestDescriptor) string {
 func multiplier(l *Limit) string {
 	if p := l.Unit.Period(); p > 0 && l.Period/p > 1 {
 		return strconv.FormatInt(int64(l.Period/p), 10)
+	}
+	return ""
+}
+
+// globalScope is a limit's scope for diffs: "global", or "" for the default.
+func globalScope(l *Limit) string {
+	if l.Scope == ScopeGlobal {
+		return string(ScopeGlobal)
 	}
 	return ""
 }

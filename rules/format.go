@@ -236,6 +236,10 @@ func descriptorNode(d *Descriptor) *yaml.Node {
 			}
 		case "lease":
 			m.flag(f, d.Lease)
+		case "scope":
+			if d.Scope != "" {
+				m.add(f, textNode(string(d.Scope)))
+			}
 		case "failure_mode":
 			if d.FailureMode != "" {
 				m.add(f, textNode(string(d.FailureMode)))

@@ -44,6 +44,9 @@ type Limit struct {
 	OnLimit OnLimit // Action and Status resolved (Reject, DefaultStatus)
 	// Lease lets enforcers serve the limit from local leases.
 	Lease bool
+	// Scope is where the limit holds across regions: ScopeGlobal, or
+	// ScopeRegion ("" when the rule does not say).
+	Scope Scope
 	// Replaces names the limits this one replaces when both apply to one
 	// request; the engine drops those.
 	Replaces []string
@@ -265,6 +268,7 @@ func newLimit(domain string, def Algorithm, name string, d *Descriptor, path []L
 		Calendar:        d.Calendar,
 		Shards:          max(d.Shards, 1),
 		Lease:           d.Lease,
+		Scope:           d.Scope,
 		OnLimit:         OnLimit{Action: Reject, Status: DefaultStatus},
 		Replaces:        slices.Clone(rl.Replaces),
 	}

@@ -277,6 +277,9 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 	if v := f["lease"]; !isNull(v) {
 		d.Lease, _ = p.boolean(v, join(path, "lease"), "lease")
 	}
+	if v := f["scope"]; !isNull(v) {
+		d.Scope = Scope(p.text(v, join(path, "scope"), "scope"))
+	}
 	if v := f["failure_mode"]; !isNull(v) {
 		d.FailureMode = FailureMode(p.text(v, join(path, "failure_mode"), "failure_mode"))
 	}

@@ -92,6 +92,8 @@ var objects = []*object{
 				doc: "Spread this limit's hot counters over this many store keys (default 1)."},
 			{name: "lease", kind: boolKind,
 				doc: "Let enforcers take part of a hot limit's remaining quota and decide locally until it is spent (not for sliding_window_log)."},
+			{name: "scope", kind: enumKind, enum: strs(scopes),
+				doc: "Where the limit holds when enforcers run in several regions: region (default) in each region on its own, global across all of them (fixed_window and sliding_window_counter only)."},
 			{name: "failure_mode", kind: enumKind, enum: strs(failureModes),
 				doc: "The answer when the counter store is unreachable: open allows (default), closed rejects, local counts in the node's memory."},
 			{name: "on_limit", kind: objectKind, ref: "on_limit", doc: "What happens to a request over the limit (default: reject with 429)."},

@@ -73,6 +73,21 @@ const (
 	FailLocal  FailureMode = "local"  // count in the node's memory until the store is back
 )
 
+// Scope says where a limit holds when enforcers run in several regions.
+type Scope string
+
+// Scopes.
+const (
+	// ScopeRegion limits hold in each region on its own: each region's
+	// enforcers count in their own Redis.
+	ScopeRegion Scope = "region"
+	// ScopeGlobal limits hold across every region: each region counts in
+	// its own Redis and learns the others' counts through the global store
+	// (enforcer/engine's regions). fixed_window and sliding_window_counter
+	// only.
+	ScopeGlobal Scope = "global"
+)
+
 // Action is what a limit does with a request over it.
 type Action string
 
@@ -152,6 +167,7 @@ type Descriptor struct {
 	// Lease lets an enforcer take part of the limit's remaining quota and
 	// decide locally (enforcer/engine's leases); not for sliding_window_log.
 	Lease bool
+	Scope Scope // "" means ScopeRegion
 
 	Descriptors []Descriptor
 }
