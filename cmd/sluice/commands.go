@@ -108,13 +108,16 @@ const enforcerGCPercent = 400
 
 func runEnforcer(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var cfg enforcer.Config
-	var logLevel, labels, trusted, storeTimeout string
+	var logLevel, labels, trusted, storeTimeout, globalInterval string
 	var printConfig bool
 	fs := newFlagSet("enforcer", getenv, stderr)
 	enforcerFlags(fs, &cfg)
 	gatewayFlags(fs, &cfg, &trusted)
 	fs.string(&storeTimeout, "redis-timeout", "SLUICE_REDIS_TIMEOUT", "50ms", "bound on each step (dial, pool wait, write, read) of a check's Redis call; past it the limit's failure_mode answers")
 	fs.string(&labels, "labels", "SLUICE_LABELS", "", "node labels as k=v,k=v")
+	fs.string(&cfg.Region, "region", "SLUICE_REGION", "", "this node's region, when enforcers run in several regions each with its own Redis (letters, digits, - _ .)")
+	fs.string(&cfg.GlobalRedisURL, "global-redis-url", "SLUICE_GLOBAL_REDIS_URL", "", "the store the regions exchange their counts of scope: global limits through (needs --region); same forms as --redis-url")
+	fs.string(&globalInterval, "global-sync-interval", "SLUICE_GLOBAL_SYNC_INTERVAL", "100ms", "how often the node exchanges counts of scope: global limits with the global store")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
 	// File mode (the Lyft drop-in): rules from a directory, no console.
@@ -138,6 +141,12 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	if cfg.StoreTimeout, err = time.ParseDuration(storeTimeout); err != nil || cfg.StoreTimeout <= 0 {
 		return fmt.Errorf("enforcer: --redis-timeout %q: want a positive duration like 50ms", storeTimeout)
 	}
+	if cfg.GlobalInterval, err = time.ParseDuration(globalInterval); err != nil || cfg.GlobalInterval <= 0 {
+		return fmt.Errorf("enforcer: --global-sync-interval %q: want a positive duration like 100ms", globalInterval)
+	}
+	if cfg.GlobalRedisURL != "" && cfg.Region == "" {
+		return fmt.Errorf("enforcer: --global-redis-url (SLUICE_GLOBAL_REDIS_URL) needs --region (SLUICE_REGION): the name of this node's region")
+	}
 	if cfg.GatewayTrustedProxies, err = middleware.ParseTrustedProxies(trusted); err != nil {
 		return fmt.Errorf("enforcer: --gateway-trusted-proxies: %w", err)
 	}
@@ -155,6 +164,7 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 		fmt.Fprintf(stdout, "redis_timeout=%s\ngateway_listen=%s\ngateway_upstream=%s\ngateway_domain=%s\ngateway_trusted_proxies=%s\n",
 			cfg.StoreTimeout, cfg.GatewayAddr, redact(cfg.GatewayUpstream), cfg.GatewayDomain, trusted)
 		fmt.Fprintf(stdout, "rules_dir=%s\n", cfg.RulesDir)
+		fmt.Fprintf(stdout, "region=%s\nglobal_redis_url=%s\nglobal_sync_interval=%s\n", cfg.Region, redact(cfg.GlobalRedisURL), cfg.GlobalInterval)
 		return nil
 	}
 	if cfg.NodeToken == "" && cfg.RulesDir == "" {
