@@ -288,7 +288,7 @@ type Engine struct {
 	stats        stats // per-rule counts for the console (TakeStats)
 	noStats      bool  // WithoutStats
 
-	quota  quotas  // quota usage for billing (quota.go)
+	quota   quotas   // quota usage for billing (quota.go)
 	leases  *leases  // WithLeases (lease.go)
 	regions *regions // WithRegions (region.go)
 }
