@@ -1519,6 +1519,9 @@ type Node struct {
 		ShadowLimitedPerSecond float32   `json:"shadow_limited_per_second"`
 		StoreErrorsPerSecond   float32   `json:"store_errors_per_second"`
 	} `json:"rates"`
+
+	// Region The region the node runs in (sluice enforcer --region); empty when it names none.
+	Region string `json:"region"`
 	Status string `json:"status"`
 }
 

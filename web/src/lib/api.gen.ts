@@ -4174,6 +4174,8 @@ export interface components {
             labels: {
                 [key: string]: string;
             };
+            /** @description The region the node runs in (sluice enforcer --region); empty when it names none. */
+            region: string;
             build: string;
             address: string;
             /** Format: date-time */
