@@ -115,13 +115,20 @@ func WithRegions(o RegionOptions) Option {
 type regions struct {
 	opts    RegionOptions
 	count   atomic.Int64 // the console's region count (SetRegionCount)
-	seen    atomic.Int64 // the most regions one window had in the last round
+	seen    atomic.Int64 // the most regions one window had (see SyncRegions)
+	seenAt  atomic.Int64 // Unix ns when seen was set
 	lastOK  atomic.Int64 // Unix ns of the last round that succeeded; 0: none yet
 	wasDown atomic.Bool  // for the log lines
 
-	mu sync.Mutex
-	m  map[windowKey]*tally
+	syncMu sync.Mutex // one round at a time
+	mu     sync.Mutex
+	m      map[windowKey]*tally
 }
+
+// seenFor is how long a region seen in the global store counts after its
+// last sighting: a region idle on every key this node tracks still holds
+// its share.
+const seenFor = 10 * time.Minute
 
 // windowKey is one counter key's counting window, by its start (Unix ms).
 type windowKey struct {
@@ -309,6 +316,8 @@ func (e *Engine) SyncRegions(ctx context.Context) error {
 	if rg == nil || rg.opts.Global == nil {
 		return nil
 	}
+	rg.syncMu.Lock()
+	defer rg.syncMu.Unlock()
 	now := time.Now()
 	ms := now.UnixMilli()
 	rg.mu.Lock()
@@ -352,8 +361,9 @@ func (e *Engine) SyncRegions(ctx context.Context) error {
 		}
 		return err
 	}
-	if len(counts) > 0 {
+	if seen > 0 && (seen >= rg.seen.Load() || now.UnixNano()-rg.seenAt.Load() > int64(seenFor)) {
 		rg.seen.Store(seen)
+		rg.seenAt.Store(now.UnixNano())
 	}
 	rg.lastOK.Store(time.Now().UnixNano())
 	if rg.wasDown.Swap(false) {
