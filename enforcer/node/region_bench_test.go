@@ -1,0 +1,153 @@
+package node_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/enforcer/node"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// BenchmarkRegionOvershoot measures what a global limit admits per window
+// across two regions (each with its own Redis and node, a third Redis the
+// global store) under one hot key offered at 3× the limit (1.5× in each
+// region):
+// b.N one-second windows, reported as admitted ÷ limit (p50, p99, max)
+// next to the same load on two nodes sharing one Redis ("exact", the
+// baseline). Run it with -benchtime 100x for 100 windows:
+//
+//	go test -run '^$' -bench BenchmarkRegionOvershoot -benchtime 100x ./enforcer/node/
+func BenchmarkRegionOvershoot(b *testing.B) {
+	const (
+		limit = 500 // per second
+		rate  = 3 * limit / 2 // per region
+	)
+	rulesFile := `domain: geo
+descriptors:
+  - key: hot
+    algorithm: ALGO
+    scope: SCOPE
+    rate_limit: {unit: second, requests_per_unit: 500}
+`
+	cases := []struct {
+		name     string
+		algo     string
+		scope    string
+		shared   bool // both nodes on one Redis: exact
+		interval time.Duration
+	}{
+		{"exact/fixed_window", "fixed_window", "region", true, 0},
+		{"global/fixed_window/interval=100ms", "fixed_window", "global", false, 100 * time.Millisecond},
+		{"global/fixed_window/interval=20ms", "fixed_window", "global", false, 20 * time.Millisecond},
+		{"global/sliding_window_counter/interval=100ms", "sliding_window_counter", "global", false, 100 * time.Millisecond},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			dir := b.TempDir()
+			src := strings.NewReplacer("ALGO", c.algo, "SCOPE", c.scope).Replace(rulesFile)
+			if err := os.WriteFile(filepath.Join(dir, "geo.yaml"), []byte(src), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			global := testenv.StartRedis(b)
+			shared := testenv.StartRedis(b)
+			prefix := testenv.KeyPrefix(b)
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			defer func() { cancel(); wg.Wait() }()
+			var nodes []*node.Node
+			for _, region := range []string{"eu", "us"} {
+				url := shared.URL()
+				if !c.shared {
+					url = testenv.StartRedis(b).URL()
+				}
+				cfg := node.Config{RulesDir: dir, RedisURL: url, KeyPrefix: prefix, NodeID: region}
+				if !c.shared {
+					cfg.Region, cfg.GlobalRedisURL, cfg.GlobalInterval = region, global.URL(), c.interval
+				}
+				n, err := node.New(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer n.Close()
+				wg.Add(1)
+				go func() { defer wg.Done(); _ = n.Run(ctx) }()
+				nodes = append(nodes, n)
+			}
+			for _, n := range nodes {
+				for !c.shared && !n.Engine.GlobalUp() {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			// Start on a window boundary; run b.N whole windows.
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+			first := time.Now().Unix()
+			stop := time.Unix(first+int64(b.N), 0)
+			var (
+				mu       sync.Mutex
+				admitted = map[int64]int{}
+				checks   int
+				failed   int
+				run      sync.WaitGroup
+			)
+			b.ResetTimer()
+			const workers = 8 // per region
+			for _, n := range nodes {
+				for w := range workers {
+					run.Add(1)
+					go func() {
+						defer run.Done()
+						every := time.Second * workers / rate
+						next := time.Now().Add(time.Duration(w) * every / workers)
+						for {
+							time.Sleep(time.Until(next))
+							next = next.Add(every)
+							now := time.Now()
+							if !now.Before(stop) {
+								return
+							}
+							res, err := n.Engine.Check(context.Background(), engine.Request{Domain: "geo",
+								Descriptors: []engine.Descriptor{{Entries: []rules.Entry{{Key: "hot", Value: "k"}}}}})
+							mu.Lock()
+							checks++
+							switch {
+							case err != nil:
+								failed++
+							case res.Code == engine.OK:
+								// Admitted, by Redis or, past a store
+								// timeout, by failure_mode: open.
+								admitted[now.Unix()]++
+							}
+							if res.StoreErr != nil {
+								failed++
+							}
+							mu.Unlock()
+						}
+					}()
+				}
+			}
+			run.Wait()
+			b.StopTimer()
+			ratios := make([]float64, 0, b.N)
+			for s := first; s < first+int64(b.N); s++ {
+				ratios = append(ratios, float64(admitted[s])/limit)
+			}
+			slices.Sort(ratios)
+			q := func(p float64) float64 { return ratios[min(len(ratios)-1, int(p*float64(len(ratios))))] }
+			b.ReportMetric(q(0.5), "p50_admitted/limit")
+			b.ReportMetric(q(0.99), "p99_admitted/limit")
+			b.ReportMetric(ratios[len(ratios)-1], "max_admitted/limit")
+			b.ReportMetric(ratios[0], "min_admitted/limit")
+			b.ReportMetric(float64(checks)/float64(b.N), "checks/window")
+			b.ReportMetric(float64(failed)/float64(b.N), "store_errors/window")
+		})
+	}
+}
+
