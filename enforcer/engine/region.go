@@ -170,6 +170,15 @@ func (e *Engine) RegionCount() int {
 // It is false without WithRegions or a global store.
 func (e *Engine) GlobalUp() bool { return e.regions != nil && e.regions.up(time.Now()) }
 
+// Region returns the node's region (RegionOptions.Region), "" without
+// WithRegions.
+func (e *Engine) Region() string {
+	if e.regions == nil {
+		return ""
+	}
+	return e.regions.opts.Region
+}
+
 func (rg *regions) n() int64 { return max(rg.count.Load(), rg.seen.Load(), 1) }
 
 // up reports whether a round succeeded within 2 intervals and a timeout.

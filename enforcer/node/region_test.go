@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/node"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -40,23 +42,25 @@ descriptors:
 // world is two regions, each with its own Redis and one enforcer node (in
 // file mode, with the same rules), and a third Redis as the global store.
 type world struct {
-	global *testenv.RedisServer
-	nodes  map[string]*node.Node
+	global  *testenv.RedisServer
+	nodes   map[string]*node.Node
+	metrics map[string]*prometheus.Registry
 }
 
 func startWorld(t *testing.T) *world {
 	t.Helper()
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "geo.yaml"), regionRules)
-	w := &world{global: testenv.StartRedis(t), nodes: map[string]*node.Node{}}
+	w := &world{global: testenv.StartRedis(t), nodes: map[string]*node.Node{}, metrics: map[string]*prometheus.Registry{}}
 	prefix := testenv.KeyPrefix(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for _, region := range []string{"eu", "us"} {
 		rdb := testenv.StartRedis(t)
+		reg := prometheus.NewRegistry()
 		n, err := node.New(node.Config{RulesDir: dir, RedisURL: rdb.URL(), KeyPrefix: prefix, NodeID: region + "-1",
-			Region: region, GlobalRedisURL: w.global.URL(), GlobalInterval: regionInterval})
+			Region: region, GlobalRedisURL: w.global.URL(), GlobalInterval: regionInterval, Registry: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,6 +68,7 @@ func startWorld(t *testing.T) *world {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = n.Run(ctx) }()
 		w.nodes[region] = n
+		w.metrics[region] = reg
 	}
 	w.waitUp(t, true)
 	return w
@@ -75,13 +80,34 @@ func (w *world) waitUp(t *testing.T, up bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for _, n := range w.nodes {
-		for n.Engine.GlobalUp() != up {
+		for n.Engine.GlobalUp() != up || (w.gauge(t, n, "sluice_enforcer_global_store_up") == 1) != up {
 			if time.Now().After(deadline) {
 				t.Fatalf("global store up: %t, want %t", n.Engine.GlobalUp(), up)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+// gauge reads one of n's gauges.
+func (w *world) gauge(t *testing.T, n *node.Node, name string) float64 {
+	t.Helper()
+	for region, m := range w.nodes {
+		if m != n {
+			continue
+		}
+		mfs, err := w.metrics[region].Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }
 
 // sync runs one exchange on every node, so each one's view holds what the
@@ -272,7 +298,7 @@ func TestGlobalStoreDownAndBack(t *testing.T) {
 	admit(t, eu, "quota", "warm", 1)
 	admit(t, us, "quota", "warm", 1)
 	w.sync(t)
-	if eu.Engine.RegionCount() != 2 || us.Engine.RegionCount() != 2 {
+	if eu.Engine.RegionCount() != 2 || us.Engine.RegionCount() != 2 || w.gauge(t, eu, "sluice_enforcer_regions") != 2 {
 		t.Fatalf("region counts %d, %d, want 2", eu.Engine.RegionCount(), us.Engine.RegionCount())
 	}
 
