@@ -320,6 +320,7 @@ func limitFields(l *Limit) []FieldChange {
 		FieldChange{Field: "shards", After: num(l.Shards)},
 		FieldChange{Field: "lease", After: flag(l.Lease)},
 		FieldChange{Field: "consistency", After: consistencyOf(l.Async)},
+		FieldChange{Field: "scope", After: globalScope(l)},
 		FieldChange{Field: "failure_mode", After: string(l.FailureMode)},
 		FieldChange{Field: "on_limit.action", After: string(l.OnLimit.Action)},
 		FieldChange{Field: "on_limit.max_delay", After: maxDelay},
@@ -400,6 +401,14 @@ func multiplier(l *Limit) string {
 func consistencyOf(async bool) string {
 	if async {
 		return string(Async)
+	}
+	return ""
+}
+
+// globalScope is a limit's scope for diffs: "global", or "" for the default.
+func globalScope(l *Limit) string {
+	if l.Scope == ScopeGlobal {
+		return string(ScopeGlobal)
 	}
 	return ""
 }

@@ -240,6 +240,10 @@ func descriptorNode(d *Descriptor) *yaml.Node {
 			if d.Consistency != "" {
 				m.add(f, textNode(string(d.Consistency)))
 			}
+		case "scope":
+			if d.Scope != "" {
+				m.add(f, textNode(string(d.Scope)))
+			}
 		case "failure_mode":
 			if d.FailureMode != "" {
 				m.add(f, textNode(string(d.FailureMode)))

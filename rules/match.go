@@ -47,6 +47,9 @@ type Limit struct {
 	// Async is consistency: async: enforcers count the limit
 	// asynchronously (enforcer/engine's async counting).
 	Async bool
+	// Scope is where the limit holds across regions: ScopeGlobal, or
+	// ScopeRegion ("" when the rule does not say).
+	Scope Scope
 	// Replaces names the limits this one replaces when both apply to one
 	// request; the engine drops those.
 	Replaces []string
@@ -269,6 +272,7 @@ func newLimit(domain string, def Algorithm, name string, d *Descriptor, path []L
 		Shards:          max(d.Shards, 1),
 		Lease:           d.Lease,
 		Async:           d.Consistency == Async,
+		Scope:           d.Scope,
 		OnLimit:         OnLimit{Action: Reject, Status: DefaultStatus},
 		Replaces:        slices.Clone(rl.Replaces),
 	}

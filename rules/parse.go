@@ -280,6 +280,9 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 	if v := f["consistency"]; !isNull(v) {
 		d.Consistency = Consistency(p.text(v, join(path, "consistency"), "consistency"))
 	}
+	if v := f["scope"]; !isNull(v) {
+		d.Scope = Scope(p.text(v, join(path, "scope"), "scope"))
+	}
 	if v := f["failure_mode"]; !isNull(v) {
 		d.FailureMode = FailureMode(p.text(v, join(path, "failure_mode"), "failure_mode"))
 	}

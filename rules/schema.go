@@ -94,6 +94,8 @@ var objects = []*object{
 				doc: "Let enforcers take part of a hot limit's remaining quota and decide locally until it is spent (not for sliding_window_log)."},
 			{name: "consistency", kind: enumKind, enum: strs(consistencies),
 				doc: "exact (default) asks the counter store on every check; async decides from the node's counts, sends them to the store every flush interval and asks the store again near the limit (a small, stated overshoot; never under the limit)."},
+			{name: "scope", kind: enumKind, enum: strs(scopes),
+				doc: "Where the limit holds when enforcers run in several regions: region (default) in each region on its own, global across all of them (fixed_window and sliding_window_counter only)."},
 			{name: "failure_mode", kind: enumKind, enum: strs(failureModes),
 				doc: "The answer when the counter store is unreachable: open allows (default), closed rejects, local counts in the node's memory."},
 			{name: "on_limit", kind: objectKind, ref: "on_limit", doc: "What happens to a request over the limit (default: reject with 429)."},

@@ -86,6 +86,21 @@ const (
 	Async Consistency = "async"
 )
 
+// Scope says where a limit holds when enforcers run in several regions.
+type Scope string
+
+// Scopes.
+const (
+	// ScopeRegion limits hold in each region on its own: each region's
+	// enforcers count in their own Redis.
+	ScopeRegion Scope = "region"
+	// ScopeGlobal limits hold across every region: each region counts in
+	// its own Redis and learns the others' counts through the global store
+	// (enforcer/engine's regions). fixed_window and sliding_window_counter
+	// only.
+	ScopeGlobal Scope = "global"
+)
+
 // Action is what a limit does with a request over it.
 type Action string
 
@@ -167,6 +182,8 @@ type Descriptor struct {
 	Lease bool
 	// Consistency: "" means Exact.
 	Consistency Consistency
+
+	Scope Scope // "" means ScopeRegion
 
 	Descriptors []Descriptor
 }

@@ -55,6 +55,8 @@ var failureModes = []FailureMode{FailOpen, FailClosed, FailLocal}
 
 var consistencies = []Consistency{Exact, Async}
 
+var scopes = []Scope{ScopeRegion, ScopeGlobal}
+
 var actions = []Action{Reject, Delay}
 
 var sources = []Source{FromHeader, FromRemoteAddress, FromPath, FromMethod, FromQuery}
@@ -323,6 +325,9 @@ func (c *checker) extensions(d *Descriptor, path string) {
 	if d.OnLimit != nil {
 		c.onLimit(d, algo, rpu, join(path, "on_limit"))
 	}
+	if d.Scope != "" {
+		c.scope(d, algo, join(path, "scope"))
+	}
 	if d.Lease {
 		switch {
 		case algo == SlidingWindowLog:
@@ -381,7 +386,22 @@ func extensionsSet(d *Descriptor) []string {
 	add(d.OnLimit != nil, "on_limit")
 	add(d.Lease, "lease")
 	add(d.Consistency != "", "consistency")
+	add(d.Scope != "", "scope")
 	return set
+}
+
+// scope checks d's scope: a global limit is aggregated across regions per
+// counting window, so it needs a window algorithm.
+func (c *checker) scope(d *Descriptor, algo Algorithm, path string) {
+	switch {
+	case !slices.Contains(scopes, d.Scope):
+		c.fail(path, fmt.Sprintf("%s is not a scope %s", quote(string(d.Scope)), list(scopes)))
+	case d.Scope != ScopeGlobal, algo == "": // algo "": unknown, reported already
+	case algo != FixedWindow && algo != SlidingWindowCounter:
+		c.fail(path, fmt.Sprintf("scope: global needs algorithm fixed_window or sliding_window_counter, not %s%s: regions exchange their counts per window", algo, c.defaultNote(d)))
+	case d.Lease:
+		c.fail(path, "scope: global cannot be combined with lease: a lease's units are taken from one region's counter")
+	}
 }
 
 func (c *checker) onLimit(d *Descriptor, algo Algorithm, rpu uint32, path string) {

@@ -28,6 +28,7 @@ type conn struct {
 	tokenID int64             // the node token it authenticated with
 	secret  string            // and that token's secret, checked again (recheck)
 	labels  map[string]string // from hello; never changed
+	region  string            // from hello; never changed
 	// sent is the newest version offered to (or already held by) the node;
 	// a version is never offered twice on one connection, so a nacked
 	// version is not pushed again in a loop.
@@ -217,9 +218,10 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	c.heard = time.Now()
 	now := c.heard.UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
-		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
+		Labels: hello.Labels, Region: hello.Region, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
 		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
 	c.labels = hello.Labels
+	c.region = hello.Region
 	c.dirty = true
 	c.addCatalog(hello.AppliedVersion, cat)
 	c.mu.Unlock()

@@ -114,6 +114,10 @@ func (h *Hub) encoded(ctx context.Context, v int64) (*encoded, error) {
 		nodes = max(nodes, counts.Connected)
 	}
 	ws.NodeCount = nodes
+	ws.RegionCount = h.connectedRegions()
+	if n, err := h.store.RegionCount(ctx, time.Now().Add(-StaleAfter)); err == nil {
+		ws.RegionCount = max(ws.RegionCount, n)
+	}
 	data, err := json.Marshal(ws)
 	if err != nil {
 		return nil, fmt.Errorf("encode snapshot %d: %w", snap.Version, err)

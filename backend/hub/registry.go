@@ -216,6 +216,20 @@ func (h *Hub) Connected() int {
 	return len(h.conns)
 }
 
+// connectedRegions counts the distinct regions the nodes connected to this
+// replica named in their hellos.
+func (h *Hub) connectedRegions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[string]bool{}
+	for _, c := range h.conns {
+		if r := c.region; r != "" {
+			seen[r] = true
+		}
+	}
+	return len(seen)
+}
+
 // Nodes returns the registry: every node Postgres knows, with the live
 // state of the nodes connected to this replica. A node whose row says
 // connected but that no replica has refreshed within StaleAfter (its

@@ -29,6 +29,7 @@ type Node struct {
 	AppliedVersion int64             `json:"applied_version"`
 	Status         string            `json:"status"`
 	Labels         map[string]string `json:"labels"`
+	Region         string            `json:"region"`
 	Build          string            `json:"build"`
 	Address        string            `json:"address"`
 	Protocol       int               `json:"protocol"`
@@ -77,6 +78,7 @@ type nodeRow struct {
 	SessionID      string
 	ConsoleID      string
 	Rates          *string `gorm:"type:jsonb"`
+	Region         string
 }
 
 func (nodeRow) TableName() string { return "nodes" }
@@ -86,7 +88,7 @@ var nodeColumns = []struct{ name, typ string }{
 	{"id", "text"}, {"applied_version", "bigint"}, {"status", "text"}, {"labels", "jsonb"}, {"build", "text"},
 	{"address", "text"}, {"protocol", "integer"}, {"connected_since", "timestamptz"}, {"last_seen", "timestamptz"},
 	{"nack_version", "bigint"}, {"nack_error", "text"}, {"nacked_at", "timestamptz"}, {"session_id", "text"},
-	{"console_id", "text"}, {"rates", "jsonb"},
+	{"console_id", "text"}, {"rates", "jsonb"}, {"region", "text"},
 }
 
 // saveNodesBatch bounds the rows of one INSERT, and so the rows written
@@ -182,8 +184,8 @@ func refusedContent(err error) bool {
 }
 
 // saveNodesSQL upserts rows given as one array per column: one statement,
-// prepared once per connection, whatever the row count, with 16 parameters
-// rather than 15 per row.
+// prepared once per connection, whatever the row count, with one parameter
+// per column (and one more) rather than one per column and row.
 var saveNodesSQL = func() string {
 	names := make([]string, len(nodeColumns))
 	arrays := make([]string, len(nodeColumns))
@@ -201,7 +203,7 @@ var saveNodesSQL = func() string {
 		OR n.status <> 'connected'
 		OR n.connected_since IS NULL
 		OR EXCLUDED.connected_since > n.connected_since
-		OR n.last_seen < now() - make_interval(secs => $16)`
+		OR n.last_seen < now() - make_interval(secs => $` + fmt.Sprint(len(nodeColumns)+1) + `)`
 }()
 
 func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {
@@ -210,8 +212,9 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 	nackErrs, sessions, consoles := make([]string, k), make([]string, k), make([]string, k)
 	versions, nackVersions, protocols := make([]int64, k), make([]*int64, k), make([]int32, k)
 	since, seen, nacked := make([]*time.Time, k), make([]time.Time, k), make([]*time.Time, k)
-	rates := make([]*string, k)
+	rates, regions := make([]*string, k), make([]string, k)
 	for i, n := range nodes {
+		regions[i] = n.Region
 		labels[i] = "{}"
 		if len(n.Labels) > 0 {
 			b, err := json.Marshal(n.Labels)
@@ -229,7 +232,7 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 		sessions[i], consoles[i] = n.Session, n.Console
 	}
 	if _, err := s.sql.ExecContext(ctx, saveNodesSQL, ids, versions, statuses, labels, builds, addrs, protocols,
-		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, staleAfter.Seconds()); err != nil {
+		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, regions, staleAfter.Seconds()); err != nil {
 		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
 	}
 	return nil
@@ -337,7 +340,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	for i, r := range rows {
 		n := Node{ID: r.ID, AppliedVersion: r.AppliedVersion, Status: r.Status, Build: r.Build, Address: r.Address,
 			Protocol: r.Protocol, ConnectedSince: r.ConnectedSince, LastSeen: r.LastSeen, NackVersion: r.NackVersion,
-			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID}
+			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID, Region: r.Region}
 		if err := json.Unmarshal([]byte(r.Labels), &n.Labels); err != nil {
 			return nil, fmt.Errorf("list nodes: node %q labels: %w", r.ID, err)
 		}
@@ -356,6 +359,18 @@ func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 type VersionCounts struct {
 	Connected int
 	ByVersion map[int64]int // applied version → nodes running it
+}
+
+// RegionCount counts the distinct regions named by the nodes connected
+// and seen at or after seenAfter.
+func (s *Store) RegionCount(ctx context.Context, seenAfter time.Time) (int, error) {
+	var n int
+	err := s.db.WithContext(ctx).Raw(`SELECT count(DISTINCT region) FROM nodes
+		WHERE status = ? AND last_seen >= ? AND region <> ''`, NodeConnected, seenAfter.UTC()).Scan(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("count node regions: %w", err)
+	}
+	return n, nil
 }
 
 // AppliedCounts counts the connected nodes by the version they run. A node

@@ -108,7 +108,7 @@ const enforcerGCPercent = 400
 
 func runEnforcer(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var cfg enforcer.Config
-	var logLevel, labels, trusted, storeTimeout, asyncFlush string
+	var logLevel, labels, trusted, storeTimeout, asyncFlush, globalInterval string
 	var printConfig bool
 	fs := newFlagSet("enforcer", getenv, stderr)
 	enforcerFlags(fs, &cfg)
@@ -116,6 +116,9 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	fs.string(&storeTimeout, "redis-timeout", "SLUICE_REDIS_TIMEOUT", "50ms", "bound on each step (dial, pool wait, write, read) of a check's Redis call; past it the limit's failure_mode answers")
 	fs.string(&asyncFlush, "async-flush-interval", "SLUICE_ASYNC_FLUSH_INTERVAL", "100ms", "how often the hits of consistency: async limits are sent to Redis (10ms to 10s)")
 	fs.string(&labels, "labels", "SLUICE_LABELS", "", "node labels as k=v,k=v")
+	fs.string(&cfg.Region, "region", "SLUICE_REGION", "", "this node's region, when enforcers run in several regions each with its own Redis (letters, digits, - _ .)")
+	fs.string(&cfg.GlobalRedisURL, "global-redis-url", "SLUICE_GLOBAL_REDIS_URL", "", "the store the regions exchange their counts of scope: global limits through (needs --region); same forms as --redis-url")
+	fs.string(&globalInterval, "global-sync-interval", "SLUICE_GLOBAL_SYNC_INTERVAL", "100ms", "how often the node exchanges counts of scope: global limits with the global store")
 	fs.string(&logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.bool(&printConfig, "print-config", "SLUICE_PRINT_CONFIG", false, "print the effective configuration and exit")
 	// File mode (the Lyft drop-in): rules from a directory, no console.
@@ -142,6 +145,12 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	if cfg.AsyncFlushInterval, err = time.ParseDuration(asyncFlush); err != nil || cfg.AsyncFlushInterval < 10*time.Millisecond || cfg.AsyncFlushInterval > 10*time.Second {
 		return fmt.Errorf("enforcer: --async-flush-interval %q: want a duration from 10ms to 10s", asyncFlush)
 	}
+	if cfg.GlobalInterval, err = time.ParseDuration(globalInterval); err != nil || cfg.GlobalInterval <= 0 {
+		return fmt.Errorf("enforcer: --global-sync-interval %q: want a positive duration like 100ms", globalInterval)
+	}
+	if cfg.GlobalRedisURL != "" && cfg.Region == "" {
+		return fmt.Errorf("enforcer: --global-redis-url (SLUICE_GLOBAL_REDIS_URL) needs --region (SLUICE_REGION): the name of this node's region")
+	}
 	if cfg.GatewayTrustedProxies, err = middleware.ParseTrustedProxies(trusted); err != nil {
 		return fmt.Errorf("enforcer: --gateway-trusted-proxies: %w", err)
 	}
@@ -159,6 +168,7 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 		fmt.Fprintf(stdout, "redis_timeout=%s\ngateway_listen=%s\ngateway_upstream=%s\ngateway_domain=%s\ngateway_trusted_proxies=%s\n",
 			cfg.StoreTimeout, cfg.GatewayAddr, redact(cfg.GatewayUpstream), cfg.GatewayDomain, trusted)
 		fmt.Fprintf(stdout, "rules_dir=%s\nasync_flush_interval=%s\n", cfg.RulesDir, cfg.AsyncFlushInterval)
+		fmt.Fprintf(stdout, "region=%s\nglobal_redis_url=%s\nglobal_sync_interval=%s\n", cfg.Region, redact(cfg.GlobalRedisURL), cfg.GlobalInterval)
 		return nil
 	}
 	if cfg.NodeToken == "" && cfg.RulesDir == "" {

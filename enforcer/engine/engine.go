@@ -61,6 +61,17 @@
 // token_bucket, policing leaky_bucket, fixed_window and
 // sliding_window_counter; never sliding_window_log.
 //
+// # Regions
+//
+// With WithRegions the node is one region of several, each counting in its
+// own Redis: a scope: global limit (fixed_window, sliding_window_counter)
+// is checked against what the other regions left of it, learnt from the
+// global store every interval off the request path, and at most
+// limit + Σ_r λ_r·(2·interval + RTT) is admitted per window (λ_r: region
+// r's rate on the key); with the global store unreachable, each region
+// enforces its share, min(⌈limit/R⌉, limit − others). The full statement
+// is in region.go.
+//
 // # Inspecting
 //
 // Limits, Inspect and Reset (inspect.go) serve the console's support desk:
@@ -288,9 +299,10 @@ type Engine struct {
 	stats        stats // per-rule counts for the console (TakeStats)
 	noStats      bool  // WithoutStats
 
-	quota  quotas  // quota usage for billing (quota.go)
-	leases *leases // WithLeases (lease.go)
-	async  *asyncs // WithAsync (async.go)
+	quota   quotas   // quota usage for billing (quota.go)
+	leases  *leases  // WithLeases (lease.go)
+	async   *asyncs  // WithAsync (async.go)
+	regions *regions // WithRegions (region.go)
 }
 
 // Option changes a setting of New.
@@ -468,6 +480,9 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		reqs = make([]limiter.Request, 0, len(res.Statuses))
 		idx  = make([]int, 0, len(res.Statuses))
 		adj  []adjustment // per status; nil unless some limit is sharded or shaped
+		// globals are the statuses of scope: global limits (WithRegions).
+		globals []globalHit
+		now     time.Time
 	)
 	for i, s := range res.Statuses {
 		if s.Limit == nil || s.Limit.Unlimited || s.Limit.BlocksAll() {
@@ -480,7 +495,21 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		// share_threshold: values matching a shared wildcard count on one
 		// key (this allocates only for such limits).
 		entries := s.Limit.CounterEntries(req.Descriptors[i].Entries, nil)
-		r, a := e.storeRequest(req.Domain, entries, s.Limit, h, req.Shape)
+		var g *globalHit
+		if e.regions != nil && s.Limit.Scope == rules.ScopeGlobal && req.Descriptors[i].Override == nil {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			globals = append(globals, globalHit{status: i, hits: h})
+			g = &globals[len(globals)-1]
+		}
+		r, a := e.storeRequest(req.Domain, entries, s.Limit, h, req.Shape, g, now)
+		if g != nil && r.Limit < 1 {
+			// The other regions used this window up: refuse without Redis.
+			refuseGlobal(&res, i, g.left)
+			globals = globals[:len(globals)-1]
+			continue
+		}
 		if req.Descriptors[i].Override != nil && rs.domains[req.Domain] {
 			r.Key = overrideKey(r.Key, s.Limit.Period)
 		}
@@ -495,6 +524,9 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	}
 	if len(reqs) == 0 {
 		return res, nil
+	}
+	if globals != nil {
+		defer e.recordGlobal(&res, globals)
 	}
 
 	if res.Code == OverLimit {
@@ -747,8 +779,21 @@ type adjustment struct {
 // as Decision.Delay); a token_bucket is deepened by max_delay's worth of
 // tokens, and a request that fits only in that extra depth is admitted
 // with a delay (GCRA with a larger tolerance, translated back by adjust).
-func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Limit, hits int64, shape bool) (limiter.Request, adjustment) {
+//
+// For a scope: global limit (g not nil, WithRegions) the limit is what the
+// other regions left of it (regions.globalLimit), recorded in g with the
+// key and window its hits are sent to the global store under; a limit
+// below 1 means none is left, and the request must not reach the store.
+func (e *Engine) storeRequest(domain string, entries []rules.Entry, l *rules.Limit, hits int64, shape bool, g *globalHit, now time.Time) (limiter.Request, adjustment) {
 	r := e.counterRequest(domain, entries, l, hits)
+	if g != nil {
+		g.key = r.Key
+		r.Limit, g.start, g.left = e.regions.globalLimit(r.Key, l, r.Limit, r.Period, now)
+		r.Burst = max(r.Limit, 0)
+		if r.Limit < 1 {
+			return r, adjustment{}
+		}
+	}
 	var a adjustment
 	if n := int64(l.Shards); n > 1 {
 		r = shardRequest(r, n, e.shardSeq.Add(1)%uint64(n))

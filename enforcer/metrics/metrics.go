@@ -114,6 +114,23 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Name: "sluice_enforcer_ruleset_version",
 			Help: "Version of the ruleset this node enforces (0: none yet).",
 		}, func() float64 { return float64(eng.Version()) }))
+		if eng.Region() != "" {
+			cs = append(cs,
+				prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+					Name: "sluice_enforcer_global_store_up",
+					Help: "1 while this node's view of the other regions' counts is current; 0 while scope: global limits enforce the region's share.",
+				}, func() float64 {
+					if eng.GlobalUp() {
+						return 1
+					}
+					return 0
+				}),
+				prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+					Name: "sluice_enforcer_regions",
+					Help: "Regions a scope: global limit is shared between while the global store is unreachable.",
+				}, func() float64 { return float64(eng.RegionCount()) }),
+			)
+		}
 		if b := eng.Breaker(); b != nil {
 			cs = append(cs,
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/metrics"
 	"github.com/sluicehq/sluice/enforcer/subscriber"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/rules/wire"
 )
 
 // Config is what a node is built from: by enforcer.Run (the `sluice
@@ -67,6 +68,19 @@ type Config struct {
 	// Labels and Build are reported to the console in Hello.
 	Labels map[string]string
 	Build  string
+	// Region names the node's region when enforcers run in several, each
+	// with its own Redis (RedisURL): scope: global limits then hold across
+	// regions through GlobalRedisURL (see engine's "Regions"). Reported in
+	// Hello. Empty: one region, and global limits count like any other.
+	Region string
+	// GlobalRedisURL is the store the regions exchange their counts of
+	// global limits through, in any form RedisURL takes; it needs Region.
+	// With Region but no GlobalRedisURL, each region enforces its share of
+	// every global limit.
+	GlobalRedisURL string
+	// GlobalInterval is how often the node exchanges counts with the
+	// global store (default 100 ms).
+	GlobalInterval time.Duration
 	// Registry, when set, receives the node's metrics (checks, store
 	// errors, breaker state, console contact, console connected).
 	Registry prometheus.Registerer
@@ -90,6 +104,7 @@ type Node struct {
 
 	id     string
 	client io.Closer
+	global io.Closer // the global store's client; nil without one
 	ping   func(context.Context) error
 }
 
@@ -116,6 +131,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RedisURL == "" {
 		return nil, errors.New("redis url is required")
 	}
+	if cfg.GlobalRedisURL != "" && cfg.Region == "" {
+		return nil, errors.New("global redis url needs a region: name the region this node runs in")
+	}
+	if err := wire.CheckRegion(cfg.Region); err != nil {
+		return nil, err
+	}
 	if cfg.NodeID == "" {
 		host, err := os.Hostname()
 		if err != nil {
@@ -140,9 +161,24 @@ func New(cfg Config) (*Node, error) {
 	if cfg.RulesDir != "" {
 		opts = append(opts, engine.WithoutStats()) // no console to send them to
 	}
+	var global io.Closer
+	if cfg.Region != "" {
+		ro := engine.RegionOptions{Region: cfg.Region, Interval: cfg.GlobalInterval, Log: log}
+		if cfg.GlobalRedisURL != "" {
+			// Off the request path: a round may wait longer than a check.
+			gc, err := limiter.NewClient(cfg.GlobalRedisURL, limiter.WithTimeout(time.Second), limiter.WithDialTimeout(time.Second))
+			if err != nil {
+				client.Close()
+				return nil, fmt.Errorf("global redis url: %w", err)
+			}
+			ro.Global, global = limiter.NewGlobal(gc), gc
+		}
+		opts = append(opts, engine.WithRegions(ro))
+	}
 	n := &Node{
 		id:     cfg.NodeID,
 		client: client,
+		global: global,
 		ping:   func(ctx context.Context) error { return limiter.Ping(ctx, client) },
 		// The Batcher pipelines and coalesces the node's concurrent Takes
 		// and answers limits known to be over from its cache. Its Timeout
@@ -151,7 +187,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.RulesDir != "" {
 		if err := n.fileMode(cfg, log); err != nil {
-			client.Close()
+			n.closeClients()
 			return nil, err
 		}
 		return n, nil
@@ -162,6 +198,7 @@ func New(cfg Config) (*Node, error) {
 		NodeID:     cfg.NodeID,
 		Labels:     cfg.Labels,
 		Build:      cfg.Build,
+		Region:     cfg.Region,
 		StateDir:   cfg.StateDir,
 		// Per-rule counts and top limited values for the console.
 		StatsSource: n.Engine.TakeStats,
@@ -172,12 +209,12 @@ func New(cfg Config) (*Node, error) {
 		QuotaFull:   n.Engine.QuotaFull(),
 	}, n.Engine, log)
 	if err != nil {
-		client.Close()
+		n.closeClients()
 		return nil, err
 	}
 	if cfg.Registry != nil {
 		if n.Metrics, err = n.register(cfg.Registry); err != nil {
-			client.Close()
+			n.closeClients()
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
@@ -264,6 +301,16 @@ func (n *Node) ID() string { return n.id }
 // Run keeps the console subscription up (in file mode: polls the rules
 // directory) until ctx is done.
 func (n *Node) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	regions := make(chan struct{})
+	go func() {
+		defer close(regions)
+		n.Engine.RunRegions(ctx) // exchanges global counts; returns at once without regions
+	}()
+	defer func() {
+		cancel()
+		<-regions
+	}()
 	if n.Files != nil {
 		return n.Files.Run(ctx)
 	}
@@ -280,5 +327,13 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = n.Engine.Close(ctx) // leased units not returned are lost (under-admission); async hits not flushed, over-admission
 	cancel()
+	return n.closeClients()
+}
+
+// closeClients releases the Redis connections (and the global store's).
+func (n *Node) closeClients() error {
+	if n.global != nil {
+		n.global.Close()
+	}
 	return n.client.Close()
 }

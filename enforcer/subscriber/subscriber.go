@@ -87,10 +87,11 @@ type Config struct {
 	ConsoleURL string
 	// NodeToken is sent as "Authorization: Bearer <token>".
 	NodeToken string
-	// NodeID, Labels and Build are reported in Hello.
+	// NodeID, Labels, Build and Region are reported in Hello.
 	NodeID string
 	Labels map[string]string
 	Build  string
+	Region string
 	// StateDir keeps snapshot.json, the last applied snapshot. Empty means
 	// nothing is persisted.
 	StateDir string
@@ -354,6 +355,7 @@ func (s *Subscriber) session(ctx context.Context, target string) (connected bool
 		AppliedVersion: s.AppliedVersion(),
 		Labels:         s.cfg.Labels,
 		Build:          s.cfg.Build,
+		Region:         s.cfg.Region,
 	}); err != nil {
 		return false, fmt.Errorf("send hello: %w", err)
 	}
@@ -595,6 +597,7 @@ func (s *Subscriber) apply(snap *wire.Snapshot) error {
 		return err
 	}
 	s.eng.SetNodeCount(snap.NodeCount)
+	s.eng.SetRegionCount(snap.RegionCount)
 	s.applied, s.checksum = snap.Version, snap.Checksum
 	return nil
 }

@@ -93,6 +93,10 @@ type Hello struct {
 	AppliedVersion int64             `json:"applied_version"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	Build          string            `json:"build,omitempty"`
+	// Region is the node's region (sluice enforcer --region); "" for a
+	// node that runs in no named region. The console counts the regions
+	// of the connected nodes for Snapshot.RegionCount.
+	Region string `json:"region,omitempty"`
 }
 
 // Limits on what a Hello may carry, checked by Hello.Validate.
@@ -101,6 +105,7 @@ const (
 	MaxLabels      = 64
 	MaxLabelBytes  = 256 // per key and per value
 	MaxBuildBytes  = 256
+	MaxRegionBytes = 64
 )
 
 // CheckProtocol returns an error naming both versions when a node's
@@ -134,12 +139,29 @@ func (h *Hello) Validate() error {
 	case !isText(h.Build):
 		return errors.New("hello: build must be valid UTF-8 without NUL")
 	}
+	if err := CheckRegion(h.Region); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
 	for k, v := range h.Labels {
 		if k == "" || len(k) > MaxLabelBytes || len(v) > MaxLabelBytes {
 			return fmt.Errorf("hello: label %q: keys must be 1-%d bytes, values at most %d", CleanText(abbrev(k, 40)), MaxLabelBytes, MaxLabelBytes)
 		}
 		if !isText(k) || !isText(v) {
 			return fmt.Errorf("hello: label %q: keys and values must be valid UTF-8 without NUL", CleanText(abbrev(k, 40)))
+		}
+	}
+	return nil
+}
+
+// CheckRegion checks a region name: at most MaxRegionBytes of letters,
+// digits, '-', '_' and '.' ("" is no region).
+func CheckRegion(r string) error {
+	if len(r) > MaxRegionBytes {
+		return fmt.Errorf("region is over %d bytes", MaxRegionBytes)
+	}
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("region %q: only letters, digits, '-', '_' and '.' are allowed", CleanText(abbrev(r, 40)))
 		}
 	}
 	return nil
@@ -176,6 +198,10 @@ type Snapshot struct {
 	// when this version was first sent; it is not updated as nodes come
 	// and go.
 	NodeCount int `json:"node_count"`
+	// RegionCount is how many distinct regions those nodes reported in
+	// their Hello (0 when none named one): a scope: global limit is shared
+	// between them while the global store is unreachable.
+	RegionCount int `json:"region_count,omitempty"`
 }
 
 // Ack reports that a node applied a version.

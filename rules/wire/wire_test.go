@@ -105,6 +105,9 @@ func TestHelloValidate(t *testing.T) {
 		{"NUL in label value", wire.Hello{NodeID: "n", Labels: map[string]string{"k": "\x00"}}, "without NUL"},
 		{"invalid UTF-8 in label value", wire.Hello{NodeID: "n", Labels: map[string]string{"k": "\xc3"}}, "valid UTF-8"},
 		{"NUL in build", wire.Hello{NodeID: "n", Build: "v1\x00"}, "build must be valid UTF-8 without NUL"},
+		{"region", wire.Hello{NodeID: "n", Region: "eu-west.1_a"}, ""},
+		{"region with a space", wire.Hello{NodeID: "n", Region: "eu west"}, "only letters, digits"},
+		{"long region", wire.Hello{NodeID: "n", Region: strings.Repeat("r", wire.MaxRegionBytes+1)}, "region is over 64 bytes"},
 		{"non-ASCII is fine", wire.Hello{NodeID: "nœud-1", Labels: map[string]string{"zone": "zürich"}, Build: "v1 ✓"}, ""},
 	}
 	for _, tt := range tests {

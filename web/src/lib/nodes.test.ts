@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { NodeInfo } from './api';
-import { decisionsPerSecond, formatRate, nodeState, rollout } from './nodes';
+import { byRegion, decisionsPerSecond, formatRate, nodeState, rollout } from './nodes';
 
 function node(over: Partial<NodeInfo>): NodeInfo {
   return {
@@ -8,6 +8,7 @@ function node(over: Partial<NodeInfo>): NodeInfo {
     applied_version: 5,
     status: 'connected',
     labels: {},
+    region: '',
     build: '',
     address: '',
     connected_since: null,
@@ -66,5 +67,25 @@ describe('nodeState', () => {
     [node({ status: 'disconnected' }), 5, 'offline', 'muted'],
   ])('%j at latest %i', (n, latest, label, tone) => {
     expect(nodeState(n, latest)).toEqual({ label, tone });
+  });
+});
+
+describe('byRegion', () => {
+  it('is empty when no node names a region', () => {
+    expect(byRegion([node({}), node({ id: 'b' })])).toEqual([]);
+  });
+  it('sums connected nodes and rates per region, unnamed last', () => {
+    const got = byRegion([
+      node({ id: 'a', region: 'us-east', rates }),
+      node({ id: 'b', region: 'eu-west', rates }),
+      node({ id: 'c', region: 'us-east', rates }),
+      node({ id: 'd', region: 'us-east', status: 'disconnected', rates }),
+      node({ id: 'e' }),
+    ]);
+    expect(got).toEqual([
+      { region: 'eu-west', nodes: 1, decisions: 12.5 },
+      { region: 'us-east', nodes: 2, decisions: 25 },
+      { region: '', nodes: 1, decisions: 0 },
+    ]);
   });
 });

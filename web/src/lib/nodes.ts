@@ -40,3 +40,30 @@ export function nodeState(n: NodeInfo, latest: number): { label: string; tone: '
   if (latest > 0 && n.applied_version < latest) return { label: `behind (v${n.applied_version})`, tone: 'warn' };
   return { label: 'ACK', tone: 'ok' };
 }
+
+/** RegionSummary is one region's connected nodes and their decision rate. */
+export interface RegionSummary {
+  region: string;
+  nodes: number;
+  decisions: number;
+}
+
+/**
+ * byRegion sums the connected nodes and their decisions per second by
+ * region (sorted by name; "" for nodes that name none, last); empty unless
+ * some node names a region.
+ */
+export function byRegion(nodes: Pick<NodeInfo, 'region' | 'status' | 'rates'>[]): RegionSummary[] {
+  if (!nodes.some((n) => n.region)) return [];
+  const m = new Map<string, RegionSummary>();
+  for (const n of nodes) {
+    if (n.status !== 'connected') continue;
+    const r = m.get(n.region) ?? { region: n.region, nodes: 0, decisions: 0 };
+    r.nodes++;
+    r.decisions += decisionsPerSecond(n) ?? 0;
+    m.set(n.region, r);
+  }
+  return [...m.values()].sort((a, b) =>
+    a.region === b.region ? 0 : a.region === '' ? 1 : b.region === '' ? -1 : a.region < b.region ? -1 : 1,
+  );
+}
