@@ -125,32 +125,33 @@ func (r *Redis) Count(ctx context.Context, us []Usage) ([]State, error) {
 }
 
 // Presence is one member of a presence set: Key is the set's Redis key,
-// Member the member's name.
+// Member the member's name, TTL how long it counts after joining (Join).
 type Presence struct {
 	Key, Member string
+	TTL         time.Duration
 }
 
-// Join adds each presence's member to its set, or refreshes it, until ttl
-// from now (Redis TIME; at least 1 ms), and returns each set's member count
-// after the call, expired members left out: one script call per set, in
-// one pipeline.
-func (r *Redis) Join(ctx context.Context, ps []Presence, ttl time.Duration) ([]int64, error) {
-	return r.presence(ctx, "j", ps, max(ttl.Milliseconds(), 1))
+// Join adds each presence's member to its set, or refreshes it, until its
+// TTL from now (Redis TIME; at least 1 ms), and returns each set's member
+// count after the call, expired members left out: one script call per set,
+// in one pipeline.
+func (r *Redis) Join(ctx context.Context, ps []Presence) ([]int64, error) {
+	return r.presence(ctx, "j", ps)
 }
 
 // Leave removes each presence's member from its set and returns the sets'
 // member counts after it.
 func (r *Redis) Leave(ctx context.Context, ps []Presence) ([]int64, error) {
-	return r.presence(ctx, "l", ps, 0)
+	return r.presence(ctx, "l", ps)
 }
 
 // Members returns the member counts of the sets of ps (their Member is
 // ignored), expired members left out.
 func (r *Redis) Members(ctx context.Context, ps []Presence) ([]int64, error) {
-	return r.presence(ctx, "c", ps, 0)
+	return r.presence(ctx, "c", ps)
 }
 
-func (r *Redis) presence(ctx context.Context, op string, ps []Presence, ttlMS int64) ([]int64, error) {
+func (r *Redis) presence(ctx context.Context, op string, ps []Presence) ([]int64, error) {
 	if len(ps) == 0 {
 		return []int64{}, nil
 	}
@@ -163,7 +164,7 @@ func (r *Redis) presence(ctx context.Context, op string, ps []Presence, ttlMS in
 	send := func(eval func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd, which []int) {
 		pipe := r.client.Pipeline()
 		for _, i := range which {
-			cmds[i] = eval(presenceScript, ctx, pipe, []string{ps[i].Key}, op, ps[i].Member, ttlMS)
+			cmds[i] = eval(presenceScript, ctx, pipe, []string{ps[i].Key}, op, ps[i].Member, max(ps[i].TTL.Milliseconds(), 1))
 		}
 		_, _ = pipe.Exec(ctx)
 	}

@@ -117,19 +117,19 @@ func TestPresence(t *testing.T) {
 		}
 		return ns[0]
 	}
-	if n := must(r.Join(ctx, []Presence{{key, "a"}}, time.Minute)); n != 1 {
+	if n := must(r.Join(ctx, []Presence{{key, "a", time.Minute}})); n != 1 {
 		t.Fatalf("after a joined: %d members", n)
 	}
-	if n := must(r.Join(ctx, []Presence{{key, "b"}}, time.Minute)); n != 2 {
+	if n := must(r.Join(ctx, []Presence{{key, "b", time.Minute}})); n != 2 {
 		t.Fatalf("after b joined: %d members", n)
 	}
-	if n := must(r.Join(ctx, []Presence{{key, "a"}}, time.Minute)); n != 2 {
+	if n := must(r.Join(ctx, []Presence{{key, "a", time.Minute}})); n != 2 {
 		t.Fatalf("after a refreshed: %d members", n)
 	}
-	if n := must(r.Leave(ctx, []Presence{{key, "b"}})); n != 1 {
+	if n := must(r.Leave(ctx, []Presence{{Key: key, Member: "b"}})); n != 1 {
 		t.Fatalf("after b left: %d members", n)
 	}
-	if n := must(r.Join(ctx, []Presence{{key, "c"}}, 50*time.Millisecond)); n != 2 {
+	if n := must(r.Join(ctx, []Presence{{key, "c", 50 * time.Millisecond}})); n != 2 {
 		t.Fatalf("after c joined: %d members", n)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -139,7 +139,7 @@ func TestPresence(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := r.Join(ctx, []Presence{{key, ""}}, time.Second); !errors.Is(err, ErrInvalidRequest) {
+	if _, err := r.Join(ctx, []Presence{{key, "", time.Second}}); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("empty member: %v, want ErrInvalidRequest", err)
 	}
 }
