@@ -173,7 +173,7 @@ func TestEnvoyRLQSFilterCheckCanFail(t *testing.T) {
 		"unknown field":          {"reporting_interval: 1s", "reporting_intervall: 1s"},
 		"invalid duration":       {"reporting_interval: 1s", "reporting_interval: 0s"},
 		"unknown input type":     {"envoy.type.matcher.v3.HttpRequestHeaderMatchInput", "envoy.type.matcher.v3.NoSuchInput"},
-		"invalid header name":    {"header_name: x-api-key", "header_name: ''"},
+		"undefined status code":  {"code: TooManyRequests", "code: 42"},
 		"unknown blanket rule":   {"blanket_rule: ALLOW_ALL", "blanket_rule: ALLOW_SOME"},
 		"unknown settings field": {"bucket_id_builder:\n              bucket_id_builder:", "bucket_id_builder:\n              bucket_ids:"},
 	} {
