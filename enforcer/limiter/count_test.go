@@ -59,23 +59,31 @@ func TestCountCreditsElapsedRefill(t *testing.T) {
 	r, _, prefix := newTestRedis(t)
 	now := time.Now().UnixMicro()
 	r.now = func() int64 { return now }
-	req := Request{Key: testKey(prefix, "elapsed"), Limit: 10, Period: time.Minute, Hits: 10}
-	if got := count(t, r, Usage{Request: req, Elapsed: time.Minute})[0]; got.Remaining != 10 {
-		t.Fatalf("10 hits over the last minute of a 10/min bucket: %+v, want it full", got)
+	at := func(key string, hits int64, elapsed time.Duration) int64 {
+		t.Helper()
+		return count(t, r, Usage{Request: Request{Key: testKey(prefix, key), Limit: 10, Period: time.Minute, Hits: hits}, Elapsed: elapsed})[0].Remaining
 	}
-	req.Hits = 15
-	if got := count(t, r, Usage{Request: req, Elapsed: 30 * time.Second})[0]; got.Remaining != 0 {
-		t.Fatalf("15 more over 30 s: %+v, want empty", got)
+	// 10/min, a token every 6 s.
+	if got := at("rate", 10, time.Minute); got != 10 {
+		t.Fatalf("10 hits over the last minute: %d remaining, want 10 (the refill paid for them)", got)
 	}
-	// 5 in debt: 30 s of refill pay for them and leave an empty bucket.
+	if got := at("burst", 15, 30*time.Second); got != 0 {
+		t.Fatalf("15 hits over 30 s: %d remaining, want 0 (capacity and refill spent)", got)
+	}
+	if got := at("debt", 25, 30*time.Second); got != 0 {
+		t.Fatalf("25 hits over 30 s: %d remaining, want 0", got)
+	}
 	now += (30 * time.Second).Microseconds()
-	req.Hits = 0
-	if got := count(t, r, Usage{Request: req})[0]; got.Remaining != 0 {
-		t.Fatalf("30 s later: %+v, want still empty (the debt repaid)", got)
+	if got := at("burst", 0, 0); got != 5 {
+		t.Fatalf("30 s after 15: %d remaining, want 5", got)
+	}
+	now += (30 * time.Second).Microseconds()
+	if got := at("debt", 0, 0); got != 0 {
+		t.Fatalf("60 s after 25: %d remaining, want 0 (10 in debt repaid)", got)
 	}
 	now += (6 * time.Second).Microseconds()
-	if got := count(t, r, Usage{Request: req})[0]; got.Remaining != 1 {
-		t.Fatalf("36 s later: %+v, want 1 token back", got)
+	if got := at("debt", 0, 0); got != 1 {
+		t.Fatalf("66 s after 25: %d remaining, want 1", got)
 	}
 }
 
