@@ -407,19 +407,27 @@ func TestSharesFollowClients(t *testing.T) {
 func TestCounterStateAndRuleChanges(t *testing.T) {
 	t.Parallel()
 	e := startEnforcer(t, fastOptions())
-	for range 5 {
-		e.check(t, "name", "fast")
+	// 10/min, used up by checks: a report finds it empty.
+	for range 10 {
+		e.check(t, "name", "checkout")
 	}
 	c := e.connect(t)
-	if err := c.report(time.Millisecond, fast); err != nil {
+	if err := c.report(time.Millisecond, checkout); err != nil {
 		t.Fatal(err)
 	}
-	c.await(fast, "DENY_ALL", func(a *rlqsv3.RateLimitQuotaResponse_BucketAction) bool {
+	c.reportEvery(50 * time.Millisecond)
+	c.await(checkout, "DENY_ALL", func(a *rlqsv3.RateLimitQuotaResponse_BucketAction) bool {
 		r, ok := blanket(a)
 		return ok && r == typev3.RateLimitStrategy_DENY_ALL
 	})
-	c.reportEvery(50 * time.Millisecond)
-	// 5/s: tokens come back, and the depth with them, up to the whole.
+	// 5/s, used up: tokens come back, and the depth with them, up to the
+	// whole (through DENY_ALL first, unless a token is back already).
+	for range 5 {
+		e.check(t, "name", "fast")
+	}
+	if err := c.report(time.Millisecond, fast); err != nil {
+		t.Fatal(err)
+	}
 	c.await(fast, "token bucket after the refill", share(5, 5, time.Second))
 
 	// Version 2 raises the limit; the stream follows within a refresh.

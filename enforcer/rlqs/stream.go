@@ -170,7 +170,15 @@ func (st *stream) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 			touched = append(touched, bk)
 		}
 	}
+	// Counting and joining are independent Redis calls: one round trip
+	// for both. (join sets only the buckets' client counts.)
+	joined := make(chan struct{})
+	go func() {
+		defer close(joined)
+		st.join(ctx, touched)
+	}()
 	states, err := st.srv.eng.Report(ctx, usage)
+	<-joined
 	st.storeResult(len(usage), err)
 	if err == nil {
 		for i, u := range usage {
@@ -179,7 +187,6 @@ func (st *stream) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 			}
 		}
 	}
-	st.join(ctx, touched)
 	return st.send(now, touched, nil)
 }
 
