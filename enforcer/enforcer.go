@@ -1,13 +1,15 @@
 // Package enforcer is a Sluice enforcer node: it subscribes to the console
 // for rulesets (or, in file mode, reads them from a directory of Lyft-format
 // files), counts requests in Redis, and answers rate-limit checks over
-// HTTP (POST /json, POST /v1/check) and gRPC (Envoy RLS v3), and, in
-// gateway mode, rate-limits the traffic it proxies to an upstream.
+// HTTP (POST /json, POST /v1/check) and gRPC (Envoy RLS v3), serves Envoy's
+// Rate Limit Quota Service on the same gRPC port, and, in gateway mode,
+// rate-limits the traffic it proxies to an upstream.
 //
 // Run wires the parts together; they live in sub-packages: node (the core
 // that Run and middleware both build: Redis client, engine, subscription,
 // metrics), engine (the decision core), breaker (the circuit breaker around
-// Redis), checkserver (the HTTP and gRPC servers), gateway (the
+// Redis), checkserver (the HTTP and gRPC servers), rlqs (the Rate Limit
+// Quota Service), gateway (the
 // rate-limiting reverse proxy), middleware (the same for Go apps, in
 // process), subscriber (the console subscription and the on-disk
 // last-known-good snapshot), headers (rate-limit response headers and
@@ -35,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/gateway"
 	"github.com/sluicehq/sluice/enforcer/node"
+	"github.com/sluicehq/sluice/enforcer/rlqs"
 	"github.com/sluicehq/sluice/internal/serve"
 )
 
@@ -149,6 +152,7 @@ func (cfg *Config) check() (*url.URL, error) {
 type server struct {
 	node    *node.Node
 	checks  *checkserver.Server
+	quota   *rlqs.Server
 	http    *http.Server
 	grpc    *grpc.Server
 	gateway *http.Server // nil without gateway mode
@@ -188,6 +192,11 @@ func build(ctx context.Context, cfg Config, upstream *url.URL, log *slog.Logger)
 	// check's deep call path on every RPC (copying it each time).
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(checkserver.MaxBodyBytes), grpc.NumStreamWorkers(grpcStreamWorkers))
 	s.checks.RegisterGRPC(s.grpc)
+	if s.quota, err = rlqs.New(n.Engine, n.Redis, rlqs.Options{NodeID: n.ID(), Registry: reg, Log: log}); err != nil {
+		n.Close()
+		return nil, err
+	}
+	s.quota.RegisterGRPC(s.grpc)
 	if upstream == nil {
 		return s, nil
 	}
@@ -292,6 +301,9 @@ func (s *server) shutdown(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, ShutdownTimeout)
 	defer cancel()
 
+	// RLQS streams last as long as their clients: end them (the clients
+	// reconnect to another enforcer) so GracefulStop need not wait for them.
+	s.quota.Close()
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()

@@ -91,10 +91,13 @@ func (st *stats) count(req *Request, res *Result) {
 // A value beyond the bounds is left out (its request is still in
 // rs.limited), which the console reads as a figure that is only a lower
 // bound.
-func (st *stats) addValue(rs *ruleStats, entries []rules.Entry) {
+func (st *stats) addValue(rs *ruleStats, entries []rules.Entry) { st.addValueN(rs, entries, 1) }
+
+// addValueN is addValue for n limited requests of one value.
+func (st *stats) addValueN(rs *ruleStats, entries []rules.Entry, n int64) {
 	v := valueOf(entries)
-	if n, ok := rs.values[v]; ok {
-		rs.values[v] = n + 1
+	if have, ok := rs.values[v]; ok {
+		rs.values[v] = have + n
 		return
 	}
 	if len(rs.values) >= wire.MaxValues || st.tracked >= maxTrackedValues {
@@ -103,7 +106,7 @@ func (st *stats) addValue(rs *ruleStats, entries []rules.Entry) {
 	if rs.values == nil {
 		rs.values = make(map[string]int64)
 	}
-	rs.values[v] = 1
+	rs.values[v] = n
 	st.tracked++
 }
 
@@ -171,4 +174,29 @@ func (e *Engine) TakeStats() []wire.RuleStats {
 		return cmp.Or(strings.Compare(a.Domain, b.Domain), strings.Compare(a.Rule, b.Rule))
 	})
 	return out
+}
+
+// report records a usage report of the requests a client admitted and
+// denied for limit l (package rlqs): the denied ones count as limited, by
+// the descriptor's value.
+func (st *stats) report(domain string, l *rules.Limit, entries []rules.Entry, allowed, limited int64) {
+	if l == nil || l.Unlimited {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	key := [2]string{cmp.Or(l.Domain, domain), l.Name}
+	rs := st.rules[key]
+	if rs == nil {
+		if st.rules == nil {
+			st.rules = make(map[[2]string]*ruleStats)
+		}
+		rs = &ruleStats{}
+		st.rules[key] = rs
+	}
+	rs.allowed += allowed
+	rs.limited += limited
+	if limited > 0 {
+		st.addValueN(rs, entries, limited)
+	}
 }

@@ -101,6 +101,9 @@ type Node struct {
 	Files *Files
 	// Metrics records checks; nil without a Config.Registry.
 	Metrics *metrics.Metrics
+	// Redis is the counter store the engine counts in, for what serves
+	// beside the engine (the RLQS presence sets).
+	Redis *limiter.Redis
 
 	id     string
 	client io.Closer
@@ -179,6 +182,7 @@ func New(cfg Config) (*Node, error) {
 		id:     cfg.NodeID,
 		client: client,
 		global: global,
+		Redis:  rdb,
 		ping:   func(ctx context.Context) error { return limiter.Ping(ctx, client) },
 		// The Batcher pipelines and coalesces the node's concurrent Takes
 		// and answers limits known to be over from its cache. Its Timeout
