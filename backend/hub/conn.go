@@ -218,7 +218,7 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	now := c.heard.UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
-		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
+		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession(), Kind: store.NodeSluice}
 	c.labels = hello.Labels
 	c.dirty = true
 	c.addCatalog(hello.AppliedVersion, cat)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,15 @@ import (
 const (
 	NodeConnected    = "connected"
 	NodeDisconnected = "disconnected"
+)
+
+// Node kinds.
+const (
+	// NodeSluice is a Sluice enforcer on the push websocket.
+	NodeSluice = "sluice"
+	// NodeXDS is an xDS client (a stock envoyproxy/ratelimit) fed over ADS
+	// (backend/xds).
+	NodeXDS = "xds"
 )
 
 // VersionsChannel is the Postgres NOTIFY channel on which every new version
@@ -48,6 +58,17 @@ type Node struct {
 	// Rates are the node's latest reported decision rates; nil when it is
 	// disconnected or has not reported.
 	Rates *NodeRates `json:"rates"`
+	// Kind is NodeSluice (also when empty) or NodeXDS.
+	Kind string `json:"kind"`
+	// UnsupportedDomains are, for an xDS node, the domains of the version
+	// it was last sent that it cannot run, left out of what it was sent.
+	UnsupportedDomains []UnsupportedDomain `json:"unsupported_domains"`
+}
+
+// UnsupportedDomain is a domain an xDS node cannot run, and why.
+type UnsupportedDomain struct {
+	Domain  string   `json:"domain"`
+	Reasons []string `json:"reasons"`
 }
 
 // NodeRates are a node's per-rule decisions per second over its latest
@@ -77,6 +98,9 @@ type nodeRow struct {
 	SessionID      string
 	ConsoleID      string
 	Rates          *string `gorm:"type:jsonb"`
+	Kind           string
+	// UnsupportedDomains is JSON; the column is named unsupported_domains.
+	UnsupportedDomains *string `gorm:"type:jsonb"`
 }
 
 func (nodeRow) TableName() string { return "nodes" }
@@ -86,7 +110,7 @@ var nodeColumns = []struct{ name, typ string }{
 	{"id", "text"}, {"applied_version", "bigint"}, {"status", "text"}, {"labels", "jsonb"}, {"build", "text"},
 	{"address", "text"}, {"protocol", "integer"}, {"connected_since", "timestamptz"}, {"last_seen", "timestamptz"},
 	{"nack_version", "bigint"}, {"nack_error", "text"}, {"nacked_at", "timestamptz"}, {"session_id", "text"},
-	{"console_id", "text"}, {"rates", "jsonb"},
+	{"console_id", "text"}, {"rates", "jsonb"}, {"kind", "text"}, {"unsupported_domains", "jsonb"},
 }
 
 // saveNodesBatch bounds the rows of one INSERT, and so the rows written
@@ -182,8 +206,8 @@ func refusedContent(err error) bool {
 }
 
 // saveNodesSQL upserts rows given as one array per column: one statement,
-// prepared once per connection, whatever the row count, with 16 parameters
-// rather than 15 per row.
+// prepared once per connection, whatever the row count, with one parameter
+// per column (and the staleness bound) rather than one per column per row.
 var saveNodesSQL = func() string {
 	names := make([]string, len(nodeColumns))
 	arrays := make([]string, len(nodeColumns))
@@ -201,7 +225,7 @@ var saveNodesSQL = func() string {
 		OR n.status <> 'connected'
 		OR n.connected_since IS NULL
 		OR EXCLUDED.connected_since > n.connected_since
-		OR n.last_seen < now() - make_interval(secs => $16)`
+		OR n.last_seen < now() - make_interval(secs => $` + fmt.Sprint(len(nodeColumns)+1) + `)`
 }()
 
 func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {
@@ -210,7 +234,7 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 	nackErrs, sessions, consoles := make([]string, k), make([]string, k), make([]string, k)
 	versions, nackVersions, protocols := make([]int64, k), make([]*int64, k), make([]int32, k)
 	since, seen, nacked := make([]*time.Time, k), make([]time.Time, k), make([]*time.Time, k)
-	rates := make([]*string, k)
+	rates, kinds, unsupported := make([]*string, k), make([]string, k), make([]*string, k)
 	for i, n := range nodes {
 		labels[i] = "{}"
 		if len(n.Labels) > 0 {
@@ -224,12 +248,21 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 		if rates[i], err = encodeRates(n); err != nil {
 			return fmt.Errorf("save node %q: %w", n.ID, err)
 		}
+		kinds[i] = cmp.Or(n.Kind, NodeSluice)
+		if len(n.UnsupportedDomains) > 0 {
+			b, err := json.Marshal(n.UnsupportedDomains)
+			if err != nil {
+				return fmt.Errorf("save node %q: encode unsupported domains: %w", n.ID, err)
+			}
+			u := string(b)
+			unsupported[i] = &u
+		}
 		ids[i], versions[i], statuses[i], builds[i], addrs[i], protocols[i] = n.ID, n.AppliedVersion, n.Status, n.Build, n.Address, int32(n.Protocol)
 		since[i], seen[i], nackVersions[i], nackErrs[i], nacked[i] = utcPtr(n.ConnectedSince), n.LastSeen.UTC(), n.NackVersion, n.NackError, utcPtr(n.NackedAt)
 		sessions[i], consoles[i] = n.Session, n.Console
 	}
 	if _, err := s.sql.ExecContext(ctx, saveNodesSQL, ids, versions, statuses, labels, builds, addrs, protocols,
-		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, staleAfter.Seconds()); err != nil {
+		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, kinds, unsupported, staleAfter.Seconds()); err != nil {
 		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
 	}
 	return nil
@@ -337,9 +370,14 @@ func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	for i, r := range rows {
 		n := Node{ID: r.ID, AppliedVersion: r.AppliedVersion, Status: r.Status, Build: r.Build, Address: r.Address,
 			Protocol: r.Protocol, ConnectedSince: r.ConnectedSince, LastSeen: r.LastSeen, NackVersion: r.NackVersion,
-			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID}
+			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID, Kind: cmp.Or(r.Kind, NodeSluice)}
 		if err := json.Unmarshal([]byte(r.Labels), &n.Labels); err != nil {
 			return nil, fmt.Errorf("list nodes: node %q labels: %w", r.ID, err)
+		}
+		if r.UnsupportedDomains != nil {
+			if err := json.Unmarshal([]byte(*r.UnsupportedDomains), &n.UnsupportedDomains); err != nil {
+				return nil, fmt.Errorf("list nodes: node %q unsupported domains: %w", r.ID, err)
+			}
 		}
 		if r.Rates != nil {
 			n.Rates = &NodeRates{}
