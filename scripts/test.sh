@@ -14,14 +14,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
 MAKE=${MAKE:-make}
 log=$(mktemp)
+lyftlog=$(mktemp)
+trap 'rm -f "$log" "$lyftlog"' EXIT
 
 say() { printf 'test: %s\n' "$*" >&2; }
 
 (bash scripts/ensure-node.sh && "$MAKE" --no-print-directory node_modules/.installed &&
 	bash scripts/ensure-chromium.sh) >"$log" 2>&1 &
 uideps=$!
-lyftlog=$(mktemp)
-trap 'rm -f "$log" "$lyftlog"' EXIT
 "$MAKE" --no-print-directory lyft >"$lyftlog" 2>&1 &
 lyft=$!
 
