@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { NodeInfo } from './api';
-import { decisionsPerSecond, formatRate, nodeState, rollout } from './nodes';
+import { decisionsPerSecond, formatRate, kindLabel, nodeState, rollout } from './nodes';
 
 function node(over: Partial<NodeInfo>): NodeInfo {
   return {
@@ -18,6 +18,8 @@ function node(over: Partial<NodeInfo>): NodeInfo {
     nack_error: '',
     nacked_at: null,
     rates: null,
+    kind: 'sluice',
+    unsupported_domains: [],
     ...over,
   };
 }
@@ -66,5 +68,12 @@ describe('nodeState', () => {
     [node({ status: 'disconnected' }), 5, 'offline', 'muted'],
   ])('%j at latest %i', (n, latest, label, tone) => {
     expect(nodeState(n, latest)).toEqual({ label, tone });
+  });
+});
+
+describe('kindLabel', () => {
+  it('names xDS clients and leaves Sluice enforcers plain', () => {
+    expect(kindLabel(node({ kind: 'xds' }))).toBe('envoyproxy/ratelimit (xDS)');
+    expect(kindLabel(node({ kind: 'sluice' }))).toBe('');
   });
 });

@@ -40,3 +40,11 @@ export function nodeState(n: NodeInfo, latest: number): { label: string; tone: '
   if (latest > 0 && n.applied_version < latest) return { label: `behind (v${n.applied_version})`, tone: 'warn' };
   return { label: 'ACK', tone: 'ok' };
 }
+
+/**
+ * kindLabel names a node fed over xDS (a stock envoyproxy/ratelimit); ""
+ * for a Sluice enforcer.
+ */
+export function kindLabel(n: Pick<NodeInfo, 'kind'>): string {
+  return n.kind === 'xds' ? 'envoyproxy/ratelimit (xDS)' : '';
+}
