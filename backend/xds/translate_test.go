@@ -165,3 +165,28 @@ func TestTranslateReasonsBounded(t *testing.T) {
 		t.Errorf("reasons = %q, want 5 and \"15 more\"", reasons)
 	}
 }
+
+// FuzzTranslate: any domain the parser accepts translates without a panic,
+// to a resource or to reasons, never both and never neither.
+func FuzzTranslate(f *testing.F) {
+	for _, s := range []string{
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"domain: d\ndefault_algorithm: fixed_window\ndescriptors:\n  - key: k\n    value: a*\n    descriptors:\n      - key: j\n        rate_limit: {unit: day, requests_per_unit: 0}\noverrides:\n  - entries: [{key: k, value: ab}, {key: j, value: x}]\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+		"domain: d\ndefault_algorithm: fixed_window\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		d, err := rules.Parse("fuzz.yaml", src)
+		if err != nil {
+			return
+		}
+		conf, reasons := xds.Translate(d)
+		if (conf == nil) == (reasons == nil) {
+			t.Fatalf("Translate = %v, %q: want a resource or reasons", conf, reasons)
+		}
+		if conf != nil && conf.Domain != d.Name {
+			t.Fatalf("resource domain %q, want %q", conf.Domain, d.Name)
+		}
+	})
+}

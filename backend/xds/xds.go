@@ -83,6 +83,8 @@ const (
 	maxNackError = 2000
 	// maxMessageBytes bounds a client's request message.
 	maxMessageBytes = 1 << 20
+	// maxStreamsPerConn bounds the streams of one client connection.
+	maxStreamsPerConn = 8
 )
 
 // Config is what the xDS server needs.
@@ -147,6 +149,8 @@ func New(cfg Config) *Server {
 			return nil, status.Error(codes.Unimplemented, "no unary methods")
 		}),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
+		// A client holds one ADS stream per connection.
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		// Dead clients are found by pings; clients may ping every 10 s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -228,7 +232,9 @@ func (s *Server) authenticate(srv any, ss grpc.ServerStream, _ *grpc.StreamServe
 		sess.addr = p.Addr.String()
 	}
 	done := make(chan error, 1)
-	go func() { done <- handler(srv, &sessionStream{ServerStream: ss, ctx: context.WithValue(sctx, sessionKey{}, sess)}) }()
+	go func() {
+		done <- handler(srv, &sessionStream{ServerStream: ss, ctx: context.WithValue(sctx, sessionKey{}, sess)})
+	}()
 	select {
 	case err := <-done:
 		return err
