@@ -16,7 +16,7 @@
 // a client is never sent a version at or below the one it runs, and a
 // version it rejected is not sent to it again.
 //
-// What a client is sent is Translate's: a domain Lyft can express goes out
+// What a client is sent is lyft.Translate's: a domain Lyft can express goes out
 // in Lyft's semantics (fixed windows); a domain using what Lyft cannot
 // express is left out, and the node's registry row names it and says why
 // (unsupported_domains).
@@ -60,6 +60,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/backend/xds/lyft"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -580,7 +581,7 @@ func (s *Server) translation(ctx context.Context, v int64) (*translation, error)
 			tr.unsupported = append(tr.unsupported, store.UnsupportedDomain{Domain: d.Name, Reasons: []string{"does not parse: " + wire.Cut(err.Error(), 500)}})
 			continue
 		}
-		conf, reasons := Translate(dom)
+		conf, reasons := lyft.Translate(dom)
 		if reasons != nil {
 			tr.unsupported = append(tr.unsupported, store.UnsupportedDomain{Domain: d.Name, Reasons: reasons})
 			continue

@@ -1,4 +1,4 @@
-package xds_test
+package lyft_test
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice/backend/xds"
+	"github.com/sluicehq/sluice/backend/xds/lyft"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -49,7 +49,7 @@ descriptors:
     on_limit: {action: reject, status: 429}
     rate_limit: {unit: HOUR, requests_per_unit: 7}
 `)
-	got, reasons := xds.Translate(d)
+	got, reasons := lyft.Translate(d)
 	if reasons != nil {
 		t.Fatalf("Translate: reasons %q, want none", reasons)
 	}
@@ -84,7 +84,7 @@ overrides:
   - entries: [{key: plan, value: gold}, {key: api_key, value: k1}]
     rate_limit: {unit: hour, requests_per_unit: 9000}
 `)
-	got, reasons := xds.Translate(d)
+	got, reasons := lyft.Translate(d)
 	if reasons != nil {
 		t.Fatalf("Translate: reasons %q, want none", reasons)
 	}
@@ -140,7 +140,7 @@ func TestTranslateRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, reasons := xds.Translate(parse(t, tc.src))
+			got, reasons := lyft.Translate(parse(t, tc.src))
 			if got != nil {
 				t.Errorf("Translate = %v, want nil", got)
 			}
@@ -160,7 +160,7 @@ func TestTranslateReasonsBounded(t *testing.T) {
 	for i := range 20 {
 		b.WriteString("  - key: k\n    value: v" + strings.Repeat("x", i) + "\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
 	}
-	_, reasons := xds.Translate(parse(t, b.String()))
+	_, reasons := lyft.Translate(parse(t, b.String()))
 	if len(reasons) != 6 || reasons[5] != "15 more" {
 		t.Errorf("reasons = %q, want 5 and \"15 more\"", reasons)
 	}
@@ -181,7 +181,7 @@ func FuzzTranslate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		conf, reasons := xds.Translate(d)
+		conf, reasons := lyft.Translate(d)
 		if (conf == nil) == (reasons == nil) {
 			t.Fatalf("Translate = %v, %q: want a resource or reasons", conf, reasons)
 		}

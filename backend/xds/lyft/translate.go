@@ -1,4 +1,7 @@
-package xds
+// Package lyft translates Sluice's rules into envoyproxy/ratelimit's xDS
+// configuration (ratelimit.config.ratelimit.v3.RateLimitConfig), keeping
+// Lyft's semantics, and says why when a domain cannot be. It does no I/O.
+package lyft
 
 import (
 	"fmt"
