@@ -68,7 +68,7 @@ import (
 // Tunables. Variables only so that tests can shorten them.
 var (
 	flushInterval  = 250 * time.Millisecond
-	heartbeatEvery = 20 * time.Second
+	heartbeatEvery = 10 * time.Second
 	recheckEvery   = 2 * time.Second
 )
 

@@ -117,7 +117,7 @@ func (t *translator) limit(d *rules.Descriptor, path string) *rlsconf.RateLimitP
 		t.fail(path, "unit_multiplier %d is not in Lyft's xDS configuration", rl.UnitMultiplier)
 	}
 	if alg := t.algorithm(d); alg != rules.FixedWindow {
-		t.fail(path, "counts with %s; Lyft counts in fixed windows only (set algorithm: fixed_window, or default_algorithm: fixed_window for the domain)", alg)
+		t.fail(path, "counts with %s; Lyft counts in fixed windows only (use fixed_window)", alg)
 	}
 	if d.Burst > 0 {
 		t.fail(path, "burst %d; Lyft has no bursts", d.Burst)
