@@ -2267,7 +2267,9 @@ export interface paths {
          * Enforcer nodes
          * @description The node registry: what every enforcer runs, what it rejected and why, when it was last
          *     seen and its live decision rates. A node whose console replica died is reported
-         *     disconnected once its row is a minute old.
+         *     disconnected once its row is a minute old. envoyproxy/ratelimit processes fed over xDS
+         *     (`sluice console --xds-listen`) are listed too, with kind `xds` and the domains they
+         *     cannot run.
          */
         get: {
             parameters: {
