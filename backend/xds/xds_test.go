@@ -349,3 +349,31 @@ func TestXDSTokenRevoked(t *testing.T) {
 	}
 	c.waitNode(t, "rev", "disconnected", func(n nodeRow) bool { return n.Status == "disconnected" })
 }
+
+// TestXDSFleetToken: any node id may join on a fleet token, and an id that
+// is connected already is refused rather than taken over.
+func TestXDSFleetToken(t *testing.T) {
+	t.Parallel()
+	c := startConsole(t)
+	c.publish(t, "api", fixedDomain("api", 5), nil)
+	var tok struct {
+		Token string `json:"token"`
+	}
+	c.admin.MustDo(t, "POST", "/api/v1/tokens", map[string]any{"name": "fleet", "role": "node", "fleet": true}, 201, &tok)
+	first := dial(t, c.xds, tok.Token, "lyft-a", nil)
+	first.fetch(t)
+	second := dial(t, c.xds, tok.Token, "lyft-b", nil)
+	second.fetch(t)
+	dup := dial(t, c.xds, tok.Token, "lyft-a", nil)
+	if _, err := dup.ads.Fetch(); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("a second lyft-a: %v, want AlreadyExists", err)
+	}
+	// The first lyft-a still gets versions.
+	c.publish(t, "api", fixedDomain("api", 6), nil)
+	if err := first.ads.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if got := first.fetch(t); got["api"].Descriptors[0].RateLimit.RequestsPerUnit != 6 {
+		t.Fatalf("lyft-a got %v, want api at 6", got)
+	}
+}
