@@ -89,7 +89,9 @@ type nodeRow struct {
 // waitNode waits until node id's registry row satisfies ok.
 func (c *console) waitNode(t *testing.T, id string, what string, ok func(nodeRow) bool) nodeRow {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// Generous: a loaded machine may take seconds to reconnect a client
+	// after a console restart; a passing run waits far less.
+	deadline := time.Now().Add(30 * time.Second)
 	var last nodeRow
 	for time.Now().Before(deadline) {
 		var out struct {
