@@ -5,6 +5,8 @@
 #                for a few seconds (scripts/fuzz.sh, FUZZTIME=2s each), then the UI's tests
 #   make test-quick  lint, the Go tests with -short (the slow load, soak and failover tests
 #                skipped) and the UI's unit tests when node_modules is there; no browser
+#   make test-compat  the console's xDS server against a real envoyproxy/ratelimit, built
+#                at LYFT_VERSION into .data/lyft on first use (about 90 s on an empty cache)
 #   make lint    go mod tidy -diff, go vet, staticcheck (no services needed)
 #   make ui-test the UI's tests alone: svelte-check, vitest, JS budget, Playwright e2e
 #   make build   UI (web/dist) + bin/sluice
@@ -25,7 +27,7 @@ ENV := .data/env
 UI_SOURCES := $(shell find web/src web/public -type f 2>/dev/null) web/index.html \
 	package.json vite.config.ts tsconfig.json
 
-.PHONY: all build ui run test test-quick lint ui-test generate services stop-services clean clean-data
+.PHONY: all build ui run test test-quick test-compat lyft lint ui-test generate services stop-services clean clean-data
 
 all: build
 
@@ -97,6 +99,23 @@ test: services
 test-quick: lint services
 	. ./$(ENV) && $(GO) test -short -count=1 -parallel 8 ./...
 	@if [ -d node_modules ]; then npm test; else echo "test-quick: no node_modules: UI unit tests skipped (make ui installs them)"; fi
+
+## envoyproxy/ratelimit compatibility ---------------------------------------------------
+
+# envoyproxy/ratelimit's service, pinned (a commit of its main branch, as the module proxy
+# serves it; BENCHMARKS.md measures the same build): backend/xds's TestLyftCompat runs it
+# against the console's xDS server. Built once per version under .data/lyft.
+LYFT_VERSION ?= v1.4.1-0.20260122083618-3fb702589d36
+LYFT_BIN := .data/lyft/$(LYFT_VERSION)/service_cmd
+
+$(LYFT_BIN):
+	mkdir -p $(dir $@)
+	GOBIN=$(abspath $(dir $@)) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(LYFT_VERSION)
+
+lyft: $(LYFT_BIN)
+
+test-compat: services $(LYFT_BIN)
+	. ./$(ENV) && SLUICE_LYFT_BIN=$(abspath $(LYFT_BIN)) $(GO) test -count=1 -run 'TestLyftCompat' ./backend/xds/
 
 ## Housekeeping ------------------------------------------------------------------------
 

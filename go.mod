@@ -6,7 +6,9 @@ require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2
 	github.com/coreos/go-oidc/v3 v3.21.0
+	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
+	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0
 	github.com/getkin/kin-openapi v0.142.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-jose/go-jose/v4 v4.1.9

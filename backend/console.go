@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/backend/sso"
 	"github.com/sluicehq/sluice/backend/stats"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/backend/xds"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/internal/serve"
 	"github.com/sluicehq/sluice/web"
@@ -72,6 +73,12 @@ type Config struct {
 	// PasswordChecks is how many bcrypt checks run at once
 	// (store.DefaultPasswordChecks when zero).
 	PasswordChecks int
+	// XDSListen, when set, is the address of the xDS config server
+	// (backend/xds) that feeds stock envoyproxy/ratelimit processes.
+	XDSListen string
+	// XDSReady, if set, is called with the xDS server's bound address
+	// once it accepts connections (tests listen on :0).
+	XDSReady func(net.Addr)
 }
 
 // consoleLimits is lim with serve's defaults in its zero fields.
@@ -166,6 +173,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	}
 
 	h := hub.New(st, log)
+	var xdsSrv *xds.Server
+	var xdsLn net.Listener
+	if cfg.XDSListen != "" {
+		if xdsLn, err = net.Listen("tcp", cfg.XDSListen); err != nil {
+			return fmt.Errorf("xds: listen on %s: %w", cfg.XDSListen, err)
+		}
+		defer xdsLn.Close()
+		xdsSrv = xds.New(xds.Config{Store: st, Log: log, Console: h.ID(), StaleAfter: hub.StaleAfter})
+		h.SetPushHook(xdsSrv.Push)
+	}
 	agg := stats.New(stats.Config{Store: st, Log: log, Replica: h.ID(),
 		Retention: cfg.StatsRetention, PublicURL: publicURL, SpikeWarmup: cfg.SpikeWarmup})
 	if err := agg.Load(ctx); err != nil {
@@ -173,8 +190,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 	}
 	h.SetStatsSink(agg)
 	bgCtx, stopBackground := context.WithCancel(ctx)
-	hubDone, aggDone, streamDone := make(chan error, 1), make(chan error, 1), make(chan struct{})
+	hubDone, aggDone, streamDone, xdsDone := make(chan error, 1), make(chan error, 1), make(chan struct{}), make(chan error, 1)
 	go func() { hubDone <- h.Run(bgCtx) }()
+	if xdsSrv != nil {
+		go func() { xdsDone <- xdsSrv.Serve(bgCtx, xdsLn) }()
+		log.Info("xds config server listening", "address", xdsLn.Addr().String())
+		if cfg.XDSReady != nil {
+			cfg.XDSReady(xdsLn.Addr())
+		}
+	} else {
+		xdsDone <- nil
+	}
 	go func() { aggDone <- agg.Run(bgCtx) }()
 	go func() {
 		defer close(streamDone)
@@ -185,6 +211,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 		<-streamDone
 		if err := <-hubDone; err != nil {
 			log.Warn("node hub", "error", err)
+		}
+		if err := <-xdsDone; err != nil {
+			log.Warn("xds config server", "error", err)
 		}
 		if err := <-aggDone; err != nil {
 			log.Warn("stats", "error", err)

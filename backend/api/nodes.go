@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"net/http"
 	"time"
 
@@ -36,6 +37,10 @@ func (a *API) listNodes(c *gin.Context) error {
 			if n.Labels == nil {
 				n.Labels = map[string]string{} // no labels: an empty set, never null
 			}
+			if n.UnsupportedDomains == nil {
+				n.UnsupportedDomains = []store.UnsupportedDomain{}
+			}
+			n.Kind = cmp.Or(n.Kind, store.NodeSluice)
 			out = append(out, n)
 		}
 	}

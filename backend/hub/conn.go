@@ -219,7 +219,7 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	now := c.heard.UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Region: hello.Region, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
-		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
+		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession(), Kind: store.NodeSluice}
 	c.labels = hello.Labels
 	c.region = hello.Region
 	c.dirty = true

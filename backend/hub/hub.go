@@ -162,6 +162,8 @@ type Hub struct {
 	decodersStop chan struct{}   // closed when Run stops them
 
 	stats StatsSink // nil: stats reports only feed the node rates
+	// pushed, when set, gets every push state Notify reads (SetPushHook).
+	pushed func(context.Context, store.PushState)
 
 	catMu      sync.Mutex              // guards catalogs and catUse
 	catalogs   map[int64]*catalogEntry // by version, the keepCatalogs last used (input.go)
@@ -193,6 +195,14 @@ type StatsSink interface {
 // SetStatsSink makes every valid stats report reach s. Call it before
 // Serve.
 func (h *Hub) SetStatsSink(s StatsSink) { h.stats = s }
+
+// SetPushHook makes every Notify (each version published, rolled back or
+// promoted on any replica, each rollout halted, and the periodic catch-up)
+// call fn with the push state it read, after offering it to this replica's
+// nodes: the xDS server (backend/xds) serves its nodes from the same state,
+// with the same staged-rollout choice (store.PushState.Target). fn must not
+// wait on a node. Call it before Run.
+func (h *Hub) SetPushHook(fn func(context.Context, store.PushState)) { h.pushed = fn }
 
 // New returns a hub backed by st.
 func New(st *store.Store, log *slog.Logger) *Hub {

@@ -195,5 +195,8 @@ func (h *Hub) Notify(ctx context.Context) error {
 			runtime.Gosched()
 		}
 	}
+	if h.pushed != nil {
+		h.pushed(ctx, p.state)
+	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,15 @@ import (
 const (
 	NodeConnected    = "connected"
 	NodeDisconnected = "disconnected"
+)
+
+// Node kinds.
+const (
+	// NodeSluice is a Sluice enforcer on the push websocket.
+	NodeSluice = "sluice"
+	// NodeXDS is an xDS client (a stock envoyproxy/ratelimit) fed over ADS
+	// (backend/xds).
+	NodeXDS = "xds"
 )
 
 // VersionsChannel is the Postgres NOTIFY channel on which every new version
@@ -49,6 +59,17 @@ type Node struct {
 	// Rates are the node's latest reported decision rates; nil when it is
 	// disconnected or has not reported.
 	Rates *NodeRates `json:"rates"`
+	// Kind is NodeSluice (also when empty) or NodeXDS.
+	Kind string `json:"kind"`
+	// UnsupportedDomains are, for an xDS node, the domains of the version
+	// it was last sent that it cannot run, left out of what it was sent.
+	UnsupportedDomains []UnsupportedDomain `json:"unsupported_domains"`
+}
+
+// UnsupportedDomain is a domain an xDS node cannot run, and why.
+type UnsupportedDomain struct {
+	Domain  string   `json:"domain"`
+	Reasons []string `json:"reasons"`
 }
 
 // NodeRates are a node's per-rule decisions per second over its latest
@@ -79,6 +100,9 @@ type nodeRow struct {
 	ConsoleID      string
 	Rates          *string `gorm:"type:jsonb"`
 	Region         string
+	Kind           string
+	// UnsupportedDomains is JSON; the column is named unsupported_domains.
+	UnsupportedDomains *string `gorm:"type:jsonb"`
 }
 
 func (nodeRow) TableName() string { return "nodes" }
@@ -88,7 +112,7 @@ var nodeColumns = []struct{ name, typ string }{
 	{"id", "text"}, {"applied_version", "bigint"}, {"status", "text"}, {"labels", "jsonb"}, {"build", "text"},
 	{"address", "text"}, {"protocol", "integer"}, {"connected_since", "timestamptz"}, {"last_seen", "timestamptz"},
 	{"nack_version", "bigint"}, {"nack_error", "text"}, {"nacked_at", "timestamptz"}, {"session_id", "text"},
-	{"console_id", "text"}, {"rates", "jsonb"}, {"region", "text"},
+	{"console_id", "text"}, {"rates", "jsonb"}, {"region", "text"}, {"kind", "text"}, {"unsupported_domains", "jsonb"},
 }
 
 // saveNodesBatch bounds the rows of one INSERT, and so the rows written
@@ -185,7 +209,7 @@ func refusedContent(err error) bool {
 
 // saveNodesSQL upserts rows given as one array per column: one statement,
 // prepared once per connection, whatever the row count, with one parameter
-// per column (and one more) rather than one per column and row.
+// per column (and the staleness bound) rather than one per column per row.
 var saveNodesSQL = func() string {
 	names := make([]string, len(nodeColumns))
 	arrays := make([]string, len(nodeColumns))
@@ -212,7 +236,7 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 	nackErrs, sessions, consoles := make([]string, k), make([]string, k), make([]string, k)
 	versions, nackVersions, protocols := make([]int64, k), make([]*int64, k), make([]int32, k)
 	since, seen, nacked := make([]*time.Time, k), make([]time.Time, k), make([]*time.Time, k)
-	rates, regions := make([]*string, k), make([]string, k)
+	rates, regions, kinds, unsupported := make([]*string, k), make([]string, k), make([]string, k), make([]*string, k)
 	for i, n := range nodes {
 		regions[i] = n.Region
 		labels[i] = "{}"
@@ -227,12 +251,21 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 		if rates[i], err = encodeRates(n); err != nil {
 			return fmt.Errorf("save node %q: %w", n.ID, err)
 		}
+		kinds[i] = cmp.Or(n.Kind, NodeSluice)
+		if len(n.UnsupportedDomains) > 0 {
+			b, err := json.Marshal(n.UnsupportedDomains)
+			if err != nil {
+				return fmt.Errorf("save node %q: encode unsupported domains: %w", n.ID, err)
+			}
+			u := string(b)
+			unsupported[i] = &u
+		}
 		ids[i], versions[i], statuses[i], builds[i], addrs[i], protocols[i] = n.ID, n.AppliedVersion, n.Status, n.Build, n.Address, int32(n.Protocol)
 		since[i], seen[i], nackVersions[i], nackErrs[i], nacked[i] = utcPtr(n.ConnectedSince), n.LastSeen.UTC(), n.NackVersion, n.NackError, utcPtr(n.NackedAt)
 		sessions[i], consoles[i] = n.Session, n.Console
 	}
 	if _, err := s.sql.ExecContext(ctx, saveNodesSQL, ids, versions, statuses, labels, builds, addrs, protocols,
-		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, regions, staleAfter.Seconds()); err != nil {
+		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, regions, kinds, unsupported, staleAfter.Seconds()); err != nil {
 		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
 	}
 	return nil
@@ -340,9 +373,14 @@ func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	for i, r := range rows {
 		n := Node{ID: r.ID, AppliedVersion: r.AppliedVersion, Status: r.Status, Build: r.Build, Address: r.Address,
 			Protocol: r.Protocol, ConnectedSince: r.ConnectedSince, LastSeen: r.LastSeen, NackVersion: r.NackVersion,
-			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID, Region: r.Region}
+			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID, Region: r.Region, Kind: cmp.Or(r.Kind, NodeSluice)}
 		if err := json.Unmarshal([]byte(r.Labels), &n.Labels); err != nil {
 			return nil, fmt.Errorf("list nodes: node %q labels: %w", r.ID, err)
+		}
+		if r.UnsupportedDomains != nil {
+			if err := json.Unmarshal([]byte(*r.UnsupportedDomains), &n.UnsupportedDomains); err != nil {
+				return nil, fmt.Errorf("list nodes: node %q unsupported domains: %w", r.ID, err)
+			}
 		}
 		if r.Rates != nil {
 			n.Rates = &NodeRates{}

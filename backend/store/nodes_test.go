@@ -49,13 +49,18 @@ func TestSaveNodesRoundTrip(t *testing.T) {
 	want := store.Node{ID: "n1", AppliedVersion: 3, Status: store.NodeConnected, Labels: map[string]string{"zone": "a"},
 		Build: "v1", Address: "10.0.0.1:5000", Protocol: 1, ConnectedSince: &now, LastSeen: now,
 		NackVersion: &nack, NackError: "bad yaml", NackedAt: &now, Console: "c1", Session: "s1",
-		Rates: &store.NodeRates{At: now, Decisions: 12.5, Allowed: 10, Limited: 2.5}}
+		Rates: &store.NodeRates{At: now, Decisions: 12.5, Allowed: 10, Limited: 2.5}, Kind: store.NodeSluice}
 	bare := store.Node{ID: "n2", Status: store.NodeDisconnected, LastSeen: now, Session: "s2"}
-	if err := st.SaveNodes(ctx, []store.Node{want, bare}, staleAfter); err != nil {
+	lyft := store.Node{ID: "n3", Status: store.NodeConnected, LastSeen: now, Session: "s3", Kind: store.NodeXDS, Labels: map[string]string{"ring": "canary"},
+		UnsupportedDomains: []store.UnsupportedDomain{{Domain: "api", Reasons: []string{"descriptors[0]: counts with token_bucket"}}}}
+	if err := st.SaveNodes(ctx, []store.Node{want, bare, lyft}, staleAfter); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, findNode(t, st, "n1")); diff != "" {
 		t.Errorf("n1 (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(lyft, findNode(t, st, "n3")); diff != "" {
+		t.Errorf("n3 (-want +got):\n%s", diff)
 	}
 	got := findNode(t, st, "n2")
 	if got.Rates != nil || got.NackVersion != nil || got.ConnectedSince != nil || len(got.Labels) != 0 {
@@ -239,7 +244,7 @@ func TestUpdateNodes(t *testing.T) {
 	t1 := t0.Add(time.Second)
 	base := func(id, session, status string) store.Node {
 		return store.Node{ID: id, Session: session, Status: status, ConnectedSince: &t0, LastSeen: t0, AppliedVersion: 1,
-			Labels: map[string]string{"zone": "a"}, Build: "v1", Address: "10.0.0.1:1", Protocol: 1, Console: "c1"}
+			Labels: map[string]string{"zone": "a"}, Build: "v1", Address: "10.0.0.1:1", Protocol: 1, Console: "c1", Kind: store.NodeSluice}
 	}
 	if err := st.SaveNodes(ctx, []store.Node{base("mine", "s1", store.NodeConnected), base("taken", "s9", store.NodeConnected),
 		base("gone", "s1", store.NodeDisconnected)}, staleAfter); err != nil {

@@ -41,6 +41,7 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	fs.bool(&cfg.MetricsAuth, "metrics-auth", "SLUICE_METRICS_AUTH", false, "require a viewer (or higher) session or Bearer token for /metrics (default: open, like /healthz)")
 	fs.string(&cfg.PublicURL, "public-url", "SLUICE_PUBLIC_URL", "", "the console's address as users reach it, for links in alerts (default: http:// and the listen address)")
 	fs.duration(&cfg.StatsRetention, "stats-retention", "SLUICE_STATS_RETENTION", stats.DefaultRetention, "how long per-minute traffic history, spikes and alert deliveries are kept")
+	fs.string(&cfg.XDSListen, "xds-listen", "SLUICE_XDS_LISTEN", "", "address of the xDS config server (ADS, state of the world) that feeds stock envoyproxy/ratelimit processes with the rulesets (off when empty; clients send authorization: Bearer <node token>)")
 	fs.string(&cfg.RedisURL, "redis-url", "REDIS_URL", "", "the Redis the enforcers count in, in the enforcer's --redis-url forms (Cluster and Sentinel too), for the support desk's inspect and reset (off when empty: they answer 503)")
 	var sso ssoFlags
 	sso.define(fs)
@@ -70,8 +71,8 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 		if cfg.AdminPassword != "" {
 			pw = "xxxxx"
 		}
-		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nmetrics_auth=%t\npublic_url=%s\nstats_retention=%s\nredis_url=%s\nlog_level=%s\n",
-			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, cfg.MetricsAuth, cfg.PublicURL, cfg.StatsRetention, redact(cfg.RedisURL), logLevel)
+		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nmetrics_auth=%t\npublic_url=%s\nstats_retention=%s\nxds_listen=%s\nredis_url=%s\nlog_level=%s\n",
+			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, cfg.MetricsAuth, cfg.PublicURL, cfg.StatsRetention, cfg.XDSListen, redact(cfg.RedisURL), logLevel)
 		sso.print(stdout, cfg)
 		fmt.Fprintf(stdout, "read_header_timeout=%s\nread_timeout=%s\nidle_timeout=%s\nmax_connections=%d\nmax_password_checks=%d\n",
 			cfg.Limits.ReadHeader, cfg.Limits.Read, cfg.Limits.Idle, cfg.Limits.MaxConns, cfg.PasswordChecks)

@@ -433,6 +433,24 @@ func (e MeRole) Valid() bool {
 	}
 }
 
+// Defines values for NodeKind.
+const (
+	Sluice NodeKind = "sluice"
+	Xds    NodeKind = "xds"
+)
+
+// Valid indicates whether the value is a known member of the NodeKind enum.
+func (e NodeKind) Valid() bool {
+	switch e {
+	case Sluice:
+		return true
+	case Xds:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OnLimitAction.
 const (
 	Delay  OnLimitAction = "delay"
@@ -1541,8 +1559,13 @@ type Node struct {
 	ConnectedSince *time.Time `json:"connected_since"`
 
 	// Console The console replica holding the node's connection.
-	Console   string            `json:"console"`
-	ID        string            `json:"id"`
+	Console string `json:"console"`
+	ID      string `json:"id"`
+
+	// Kind `sluice`: a Sluice enforcer on the push websocket. `xds`: an envoyproxy/ratelimit (or another
+	// xDS client) fed over ADS by `sluice console --xds-listen`; its `applied_version` is the
+	// `version_info` it acknowledged, and a rejected version's `error_detail` is `nack_error`.
+	Kind      NodeKind          `json:"kind"`
 	Labels    map[string]string `json:"labels"`
 	LastSeen  time.Time         `json:"last_seen"`
 	NackError string            `json:"nack_error"`
@@ -1563,8 +1586,25 @@ type Node struct {
 		ShadowLimitedPerSecond float32   `json:"shadow_limited_per_second"`
 		StoreErrorsPerSecond   float32   `json:"store_errors_per_second"`
 	} `json:"rates"`
+
+	// Region The region the node runs in (sluice enforcer --region); empty when it names none.
+	Region string `json:"region"`
 	Status string `json:"status"`
+
+	// UnsupportedDomains For an `xds` node, the domains of the version it was last sent that it cannot run, and why
+	// (the first reasons, each naming a descriptor path): they use what envoyproxy/ratelimit
+	// cannot express (an algorithm other than fixed_window, burst, shards, leases, delays...) and
+	// are left out of what it is sent. Empty for Sluice enforcers.
+	UnsupportedDomains []struct {
+		Domain  string   `json:"domain"`
+		Reasons []string `json:"reasons"`
+	} `json:"unsupported_domains"`
 }
+
+// NodeKind `sluice`: a Sluice enforcer on the push websocket. `xds`: an envoyproxy/ratelimit (or another
+// xDS client) fed over ADS by `sluice console --xds-listen`; its `applied_version` is the
+// `version_info` it acknowledged, and a rejected version's `error_detail` is `nack_error`.
+type NodeKind string
 
 // OnLimit defines model for OnLimit.
 type OnLimit struct {

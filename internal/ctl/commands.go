@@ -343,6 +343,13 @@ func nodes(ctx context.Context, e *env, args []string) error {
 		if n.NackVersion != nil {
 			version += fmt.Sprintf(" rejected %d: %s", *n.NackVersion, n.NackError)
 		}
+		if len(n.UnsupportedDomains) > 0 {
+			names := make([]string, len(n.UnsupportedDomains))
+			for j, u := range n.UnsupportedDomains {
+				names[j] = u.Domain
+			}
+			version += " cannot run: " + strings.Join(names, ",") // -o json says why
+		}
 		rows[i] = []string{cell(n.ID), n.Status, cell(version), when(n.LastSeen), cell(strings.Join(labels, ",")), cell(n.Build)}
 	}
 	if err := e.table([]string{"ID", "STATUS", "VERSION", "LAST SEEN", "LABELS", "BUILD"}, rows); err != nil {

@@ -2267,7 +2267,9 @@ export interface paths {
          * Enforcer nodes
          * @description The node registry: what every enforcer runs, what it rejected and why, when it was last
          *     seen and its live decision rates. A node whose console replica died is reported
-         *     disconnected once its row is a minute old.
+         *     disconnected once its row is a minute old. envoyproxy/ratelimit processes fed over xDS
+         *     (`sluice console --xds-listen`) are listed too, with kind `xds` and the domains they
+         *     cannot run.
          */
         get: {
             parameters: {
@@ -4178,6 +4180,8 @@ export interface components {
             labels: {
                 [key: string]: string;
             };
+            /** @description The region the node runs in (sluice enforcer --region); empty when it names none. */
+            region: string;
             build: string;
             address: string;
             /** Format: date-time */
@@ -4196,6 +4200,23 @@ export interface components {
             nack_error: string;
             /** Format: date-time */
             nacked_at: string | null;
+            /**
+             * @description `sluice`: a Sluice enforcer on the push websocket. `xds`: an envoyproxy/ratelimit (or another
+             *     xDS client) fed over ADS by `sluice console --xds-listen`; its `applied_version` is the
+             *     `version_info` it acknowledged, and a rejected version's `error_detail` is `nack_error`.
+             * @enum {string}
+             */
+            kind: "sluice" | "xds";
+            /**
+             * @description For an `xds` node, the domains of the version it was last sent that it cannot run, and why
+             *     (the first reasons, each naming a descriptor path): they use what envoyproxy/ratelimit
+             *     cannot express (an algorithm other than fixed_window, burst, shards, leases, delays...) and
+             *     are left out of what it is sent. Empty for Sluice enforcers.
+             */
+            unsupported_domains: {
+                domain: string;
+                reasons: string[];
+            }[];
             /** @description Per-rule decisions per second over the node's latest stats report; null when disconnected or not reporting. */
             rates: {
                 /** Format: date-time */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { NodeInfo } from './api';
-import { byRegion, decisionsPerSecond, formatRate, nodeState, rollout } from './nodes';
+import { byRegion, decisionsPerSecond, formatRate, kindLabel, nodeState, rollout } from './nodes';
 
 function node(over: Partial<NodeInfo>): NodeInfo {
   return {
@@ -19,6 +19,8 @@ function node(over: Partial<NodeInfo>): NodeInfo {
     nack_error: '',
     nacked_at: null,
     rates: null,
+    kind: 'sluice',
+    unsupported_domains: [],
     ...over,
   };
 }
@@ -87,5 +89,12 @@ describe('byRegion', () => {
       { region: 'us-east', nodes: 2, decisions: 25 },
       { region: '', nodes: 1, decisions: 0 },
     ]);
+  });
+});
+
+describe('kindLabel', () => {
+  it('names xDS clients and leaves Sluice enforcers plain', () => {
+    expect(kindLabel(node({ kind: 'xds' }))).toBe('envoyproxy/ratelimit (xDS)');
+    expect(kindLabel(node({ kind: 'sluice' }))).toBe('');
   });
 });

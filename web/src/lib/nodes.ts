@@ -67,3 +67,11 @@ export function byRegion(nodes: Pick<NodeInfo, 'region' | 'status' | 'rates'>[])
     a.region === b.region ? 0 : a.region === '' ? 1 : b.region === '' ? -1 : a.region < b.region ? -1 : 1,
   );
 }
+
+/**
+ * kindLabel names a node fed over xDS (a stock envoyproxy/ratelimit); ""
+ * for a Sluice enforcer.
+ */
+export function kindLabel(n: Pick<NodeInfo, 'kind'>): string {
+  return n.kind === 'xds' ? 'envoyproxy/ratelimit (xDS)' : '';
+}
