@@ -189,10 +189,11 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	}
 	// Before register: a token bound to another node id must not replace
 	// (and so kick off) the connection of the node that has this id.
-	fleet, err := h.claim(tokenID, hello.NodeID, actor)
+	tok, err := h.claim(tokenID, hello.NodeID, actor)
 	if err != nil {
 		return err
 	}
+	fleet := tok.Fleet
 	if fleet { // connected to another replica?
 		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 		live, err := h.store.NodeLive(ctx, hello.NodeID, h.id, time.Now().Add(-StaleAfter))
@@ -218,7 +219,7 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	now := c.heard.UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
-		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
+		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession(), TokenID: &tok.ID, TokenName: &tok.Name}
 	c.labels = hello.Labels
 	c.dirty = true
 	c.addCatalog(hello.AppliedVersion, cat)
@@ -253,21 +254,21 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	return nil
 }
 
-// claim binds the node token to nodeID (see store.ClaimNode); fleet is
-// true for a fleet token, which is never bound.
-func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) (fleet bool, err error) {
+// claim binds the node token to nodeID (see store.ClaimNode) and returns
+// the token; a fleet token is never bound.
+func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) (store.Token, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	defer cancel()
-	fleet, err = h.store.ClaimNode(ctx, tokenID, nodeID, actor)
+	tok, err := h.store.ClaimNode(ctx, tokenID, nodeID, actor)
 	var nb *store.NodeBoundError
 	switch {
 	case errors.As(err, &nb):
-		return fleet, closeError{code: wire.CloseNodeBound, reason: nb.Error()}
+		return tok, closeError{code: wire.CloseNodeBound, reason: nb.Error()}
 	case err != nil:
 		h.log.Error("bind node token", "node_id", nodeID, "error", err)
-		return fleet, closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
+		return tok, closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
 	}
-	return fleet, nil
+	return tok, nil
 }
 
 func duplicateNode(id string) closeError {

@@ -48,6 +48,10 @@ type Node struct {
 	// Rates are the node's latest reported decision rates; nil when it is
 	// disconnected or has not reported.
 	Rates *NodeRates `json:"rates"`
+	// TokenID and TokenName are the node token the node connected with;
+	// nil for rows written before the registry kept them.
+	TokenID   *int64  `json:"token_id"`
+	TokenName *string `json:"token_name"`
 }
 
 // NodeRates are a node's per-rule decisions per second over its latest
@@ -77,6 +81,8 @@ type nodeRow struct {
 	SessionID      string
 	ConsoleID      string
 	Rates          *string `gorm:"type:jsonb"`
+	TokenID        *int64
+	TokenName      *string `gorm:"->;-:migration"` // read only, joined from api_tokens
 }
 
 func (nodeRow) TableName() string { return "nodes" }
@@ -86,7 +92,7 @@ var nodeColumns = []struct{ name, typ string }{
 	{"id", "text"}, {"applied_version", "bigint"}, {"status", "text"}, {"labels", "jsonb"}, {"build", "text"},
 	{"address", "text"}, {"protocol", "integer"}, {"connected_since", "timestamptz"}, {"last_seen", "timestamptz"},
 	{"nack_version", "bigint"}, {"nack_error", "text"}, {"nacked_at", "timestamptz"}, {"session_id", "text"},
-	{"console_id", "text"}, {"rates", "jsonb"},
+	{"console_id", "text"}, {"rates", "jsonb"}, {"token_id", "bigint"},
 }
 
 // saveNodesBatch bounds the rows of one INSERT, and so the rows written
@@ -182,8 +188,8 @@ func refusedContent(err error) bool {
 }
 
 // saveNodesSQL upserts rows given as one array per column: one statement,
-// prepared once per connection, whatever the row count, with 16 parameters
-// rather than 15 per row.
+// prepared once per connection, whatever the row count, with one parameter
+// per column and one for staleAfter rather than one per column and row.
 var saveNodesSQL = func() string {
 	names := make([]string, len(nodeColumns))
 	arrays := make([]string, len(nodeColumns))
@@ -196,12 +202,12 @@ var saveNodesSQL = func() string {
 	}
 	return "INSERT INTO nodes AS n (" + strings.Join(names, ", ") + ")\n" +
 		"SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")\n" +
-		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + `
+		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + fmt.Sprintf(`
 	WHERE n.session_id = EXCLUDED.session_id
 		OR n.status <> 'connected'
 		OR n.connected_since IS NULL
 		OR EXCLUDED.connected_since > n.connected_since
-		OR n.last_seen < now() - make_interval(secs => $16)`
+		OR n.last_seen < now() - make_interval(secs => $%d)`, len(nodeColumns)+1)
 }()
 
 func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {
@@ -210,7 +216,7 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 	nackErrs, sessions, consoles := make([]string, k), make([]string, k), make([]string, k)
 	versions, nackVersions, protocols := make([]int64, k), make([]*int64, k), make([]int32, k)
 	since, seen, nacked := make([]*time.Time, k), make([]time.Time, k), make([]*time.Time, k)
-	rates := make([]*string, k)
+	rates, tokens := make([]*string, k), make([]*int64, k)
 	for i, n := range nodes {
 		labels[i] = "{}"
 		if len(n.Labels) > 0 {
@@ -226,10 +232,10 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 		}
 		ids[i], versions[i], statuses[i], builds[i], addrs[i], protocols[i] = n.ID, n.AppliedVersion, n.Status, n.Build, n.Address, int32(n.Protocol)
 		since[i], seen[i], nackVersions[i], nackErrs[i], nacked[i] = utcPtr(n.ConnectedSince), n.LastSeen.UTC(), n.NackVersion, n.NackError, utcPtr(n.NackedAt)
-		sessions[i], consoles[i] = n.Session, n.Console
+		sessions[i], consoles[i], tokens[i] = n.Session, n.Console, n.TokenID
 	}
 	if _, err := s.sql.ExecContext(ctx, saveNodesSQL, ids, versions, statuses, labels, builds, addrs, protocols,
-		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, staleAfter.Seconds()); err != nil {
+		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, tokens, staleAfter.Seconds()); err != nil {
 		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
 	}
 	return nil
@@ -330,14 +336,17 @@ func utcPtr(t *time.Time) *time.Time {
 // ListNodes returns every known node, by id, as stored.
 func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	var rows []nodeRow
-	if err := s.db.WithContext(ctx).Order("id").Find(&rows).Error; err != nil {
+	err := s.db.WithContext(ctx).Table("nodes AS n").Select("n.*, t.name AS token_name").
+		Joins("LEFT JOIN api_tokens t ON t.id = n.token_id").Order("n.id").Find(&rows).Error
+	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	out := make([]Node, len(rows))
 	for i, r := range rows {
 		n := Node{ID: r.ID, AppliedVersion: r.AppliedVersion, Status: r.Status, Build: r.Build, Address: r.Address,
 			Protocol: r.Protocol, ConnectedSince: r.ConnectedSince, LastSeen: r.LastSeen, NackVersion: r.NackVersion,
-			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID}
+			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID,
+			TokenID: r.TokenID, TokenName: r.TokenName}
 		if err := json.Unmarshal([]byte(r.Labels), &n.Labels); err != nil {
 			return nil, fmt.Errorf("list nodes: node %q labels: %w", r.ID, err)
 		}

@@ -438,17 +438,19 @@ func (e *NodeBoundError) Error() string {
 // with an audit event, and returns a *NodeBoundError if it is bound to
 // another node id or another live token holds nodeID. A token stays bound
 // when rotated; to move a node id to a new token, disable the old token.
-// A fleet token is never bound (fleet is true): any node id that no other
-// live token holds may connect with it, and the caller refuses an id that
-// is connected already (NodeLive).
-func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Actor) (fleet bool, err error) {
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var row tokenRow
-		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
+// A fleet token is never bound: any node id that no other live token holds
+// may connect with it, and the caller refuses an id that is connected
+// already (NodeLive). It returns the token as stored (its Fleet flag and
+// Name), without its owner.
+func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Actor) (Token, error) {
+	var row tokenRow
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// A fleet token's row is only read: its nodes, connecting at once
+		// after a console restart, do not queue on a row lock.
+		if err := tx.Where("id = ?", id).Take(&row).Error; err != nil {
 			return notFound(err, fmt.Sprintf("token %d", id))
 		}
 		if row.Fleet {
-			fleet = true
 			var n int64
 			if err := tx.Model(&tokenRow{}).Where("node_id = ? AND NOT disabled", nodeID).Count(&n).Error; err != nil {
 				return fmt.Errorf("read token bindings: %w", err)
@@ -457,6 +459,9 @@ func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Ac
 				return &NodeBoundError{NodeID: nodeID}
 			}
 			return nil
+		}
+		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
+			return notFound(err, fmt.Sprintf("token %d", id))
 		}
 		switch {
 		case row.NodeID != nil && *row.NodeID == nodeID:
@@ -471,13 +476,14 @@ func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Ac
 		if err != nil {
 			return fmt.Errorf("write token: %w", err)
 		}
+		row.NodeID = &nodeID
 		return appendAudit(tx, actor, "token.bind", tokenTarget(id), "", map[string]any{"node_id": nil},
 			map[string]any{"node_id": nodeID, "name": row.Name})
 	})
 	if err != nil {
-		return fleet, fmt.Errorf("claim node %q for token %d: %w", nodeID, id, err)
+		return row.token(), fmt.Errorf("claim node %q for token %d: %w", nodeID, id, err)
 	}
-	return fleet, nil
+	return row.token(), nil
 }
 
 // NodeLive reports whether the registry shows node id connected to a

@@ -1520,6 +1520,12 @@ type Node struct {
 		StoreErrorsPerSecond   float32   `json:"store_errors_per_second"`
 	} `json:"rates"`
 	Status string `json:"status"`
+
+	// TokenID The node token the node connected with (a fleet token serves many nodes); null for rows from before the registry kept it.
+	TokenID *int64 `json:"token_id"`
+
+	// TokenName The name of that token; null with token_id.
+	TokenName *string `json:"token_name"`
 }
 
 // OnLimit defines model for OnLimit.
