@@ -204,6 +204,16 @@ func (s *Store) CreateScopedToken(ctx context.Context, spec TokenSpec, actor Act
 		return Token{}, "", &InvalidError{Reason: "node tokens take no domains and no read_only flag"}
 	}
 	secret, hash, last4 := newSecret()
+	tok, err := s.createToken(ctx, spec, hash, last4, actor)
+	if err != nil {
+		return Token{}, "", err
+	}
+	return tok, secret, nil
+}
+
+// createToken writes a checked spec with its secret's hash, and the audit
+// event.
+func (s *Store) createToken(ctx context.Context, spec TokenSpec, hash, last4 string, actor Actor) (Token, error) {
 	row := tokenRow{Name: spec.Name, Role: spec.Role, Hash: hash, Last4: last4, CreatedBy: actor.owner(), CreatedAt: time.Now().UTC(),
 		ExpiresAt: spec.ExpiresAt, Domains: domainList(ScopeOf(spec.Domains).Domains), ReadOnly: spec.ReadOnly, Fleet: spec.Fleet}
 	if row.Domains == nil {
@@ -242,9 +252,53 @@ func (s *Store) CreateScopedToken(ctx context.Context, spec TokenSpec, actor Act
 		return appendAudit(tx, actor, "token.create", tokenTarget(row.ID), "", nil, after)
 	})
 	if err != nil {
-		return Token{}, "", fmt.Errorf("create token: %w", err)
+		return Token{}, fmt.Errorf("create token: %w", err)
 	}
-	return tok, secret, nil
+	return tok, nil
+}
+
+// MinGivenSecret is the shortest secret EnsureFleetToken accepts: 32
+// characters of a random string carry far more than 128 bits.
+const MinGivenSecret = 32
+
+// EnsureFleetToken makes secret, chosen outside the console (a bootstrap
+// token from a deployment's environment), the secret of a fleet node
+// token named name, unless a token with that secret exists already. It
+// returns the token and whether it created it. An existing token is
+// returned as it stands (disabled, expired, of another role) for the
+// caller to judge: it is never enabled or changed here, so disabling a
+// bootstrap token sticks across restarts. A secret shorter than
+// MinGivenSecret or with spaces or control characters is an
+// *InvalidError.
+func (s *Store) EnsureFleetToken(ctx context.Context, name, secret string, actor Actor) (Token, bool, error) {
+	if len(secret) < MinGivenSecret || strings.ContainsFunc(secret, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return Token{}, false, &InvalidError{Reason: fmt.Sprintf("a node token must be at least %d characters without spaces", MinGivenSecret)}
+	}
+	find := func() (Token, error) {
+		var row tokenRow
+		db := s.db.WithContext(ctx)
+		if err := db.Where("hash = ?", hashToken(secret)).Take(&row).Error; err != nil {
+			return Token{}, notFound(err, "token")
+		}
+		ts, err := resolveTokens(db, []tokenRow{row})
+		if err != nil {
+			return Token{}, err
+		}
+		return ts[0], nil
+	}
+	tok, err := find()
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return tok, false, err
+	}
+	tok, err = s.createToken(ctx, TokenSpec{Name: name, Role: RoleNode, Fleet: true}, hashToken(secret), secret[len(secret)-4:], actor)
+	if errors.Is(err, gorm.ErrDuplicatedKey) { // another console replica made it meanwhile
+		tok, err = find()
+		return tok, false, err
+	}
+	if err != nil {
+		return Token{}, false, err
+	}
+	return tok, true, nil
 }
 
 // FindToken returns the live token for a secret, narrowed to what its
