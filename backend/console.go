@@ -36,7 +36,7 @@ type Config struct {
 	// secret to use, and the file to read it from or write a new one to.
 	BootstrapNodeToken     string
 	BootstrapNodeTokenFile string
-	SecureCookies bool
+	SecureCookies          bool
 	// TrustedProxies lists the reverse proxies (IPs or CIDRs) whose
 	// X-Forwarded-For names the client, for audit IPs and sign-in
 	// throttling. Empty trusts none.
