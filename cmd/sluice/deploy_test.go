@@ -553,29 +553,70 @@ func TestManifestDecodingIsStrict(t *testing.T) {
 	}
 }
 
-// TestComposeFile checks docker-compose.yml against the binary and the
-// image: every service has a health check; the Sluice services' flags and
-// variables exist, and their health checks ask /healthz or /readyz on the
-// port the service listens on, with a tool the image has.
-func TestComposeFile(t *testing.T) {
-	t.Parallel()
+// composeService is a service of docker-compose.yml, as far as the tests read it.
+type composeService struct {
+	Image       string            `yaml:"image"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	Volumes     []string          `yaml:"volumes"`
+	Healthcheck *struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
+}
+
+// composeFile is docker-compose.yml.
+type composeFile struct {
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
+}
+
+func loadCompose(t *testing.T) composeFile {
+	t.Helper()
 	src, err := os.ReadFile(filepath.Join(repoRoot, "docker-compose.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var compose struct {
-		Services map[string]struct {
-			Image       string            `yaml:"image"`
-			Command     []string          `yaml:"command"`
-			Environment map[string]string `yaml:"environment"`
-			Healthcheck *struct {
-				Test []string `yaml:"test"`
-			} `yaml:"healthcheck"`
-		} `yaml:"services"`
-	}
+	var compose composeFile
 	if err := yaml.Unmarshal(src, &compose); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
+	return compose
+}
+
+// setting is the value a service gives a flag of its subcommand, by
+// command-line argument or environment variable, and whether it sets it.
+func (s composeService) setting(flag, env string) (string, bool) {
+	for i := 1; i+1 < len(s.Command); i++ {
+		if s.Command[i] == "--"+flag {
+			return s.Command[i+1], true
+		}
+	}
+	v, ok := s.Environment[env]
+	return v, ok
+}
+
+// mount returns the named volume s mounts at the directory holding path,
+// and whether it mounts it read-only.
+func (s composeService) mount(path string) (volume string, readOnly, ok bool) {
+	for _, v := range s.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 && filepath.Dir(path) == parts[1] {
+			return parts[0], len(parts) == 3 && parts[2] == "ro", true
+		}
+	}
+	return "", false, false
+}
+
+// TestComposeFile checks docker-compose.yml against the binary and the
+// image: every service has a health check; the Sluice services' flags and
+// variables exist, and their health checks ask /healthz or /readyz on the
+// port the service listens on, with a tool the image has. The enforcers
+// need no step by hand: the console writes the bootstrap fleet node token
+// to a volume every enforcer mounts and reads it from, in a directory the
+// image gives to its user, and no enforcer is given a token of its own.
+func TestComposeFile(t *testing.T) {
+	t.Parallel()
+	compose := loadCompose(t)
 	dockerfile, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -583,6 +624,13 @@ func TestComposeFile(t *testing.T) {
 	runtime := string(dockerfile[strings.LastIndex(string(dockerfile), "\nFROM "):])
 	sluiceServices := 0
 	for name, s := range compose.Services {
+		for _, v := range s.Volumes {
+			if vol, _, _ := strings.Cut(v, ":"); !strings.HasPrefix(vol, ".") && !strings.HasPrefix(vol, "/") {
+				if _, ok := compose.Volumes[vol]; !ok {
+					t.Errorf("service %s mounts volume %s, which the file does not declare", name, vol)
+				}
+			}
+		}
 		if s.Healthcheck == nil || len(s.Healthcheck.Test) < 2 {
 			t.Errorf("service %s has no health check", name)
 			continue
@@ -631,5 +679,48 @@ func TestComposeFile(t *testing.T) {
 	}
 	if sluiceServices < 2 {
 		t.Errorf("found %d Sluice services in docker-compose.yml, want the console and the enforcers", sluiceServices)
+	}
+
+	// The bootstrap token: written by the console, read by every enforcer.
+	console, ok := compose.Services["console"]
+	if !ok {
+		t.Fatal("docker-compose.yml has no console service")
+	}
+	tokenFile, ok := console.setting("bootstrap-node-token-file", "SLUICE_BOOTSTRAP_NODE_TOKEN_FILE")
+	if !ok {
+		t.Fatal("the console service sets no --bootstrap-node-token-file: the enforcers would need tokens made by hand")
+	}
+	vol, ro, ok := console.mount(tokenFile)
+	if !ok || ro {
+		t.Errorf("the console writes %s, but mounts no writable volume at %s", tokenFile, filepath.Dir(tokenFile))
+	}
+	uid := dockerfileUser(t)
+	if !regexp.MustCompile(fmt.Sprintf(`install -d -o %d -g %d -m 07[0-7]0 %s\b`, uid, uid, regexp.QuoteMeta(filepath.Dir(tokenFile)))).MatchString(runtime) {
+		t.Errorf("the runtime image does not make %s, owned by uid %d: a fresh volume mounted there would be root's, and the console could not write the token", filepath.Dir(tokenFile), uid)
+	}
+	ids := map[string]string{}
+	enforcers := 0
+	for name, s := range compose.Services {
+		if !strings.HasPrefix(s.Image, "sluice") || len(s.Command) == 0 || s.Command[0] != "enforcer" {
+			continue
+		}
+		enforcers++
+		if f, _ := s.setting("node-token-file", "SLUICE_NODE_TOKEN_FILE"); f != tokenFile {
+			t.Errorf("service %s reads its node token from %q, want the console's bootstrap token file %s", name, f, tokenFile)
+		}
+		if v, _, ok := s.mount(tokenFile); !ok || v != vol {
+			t.Errorf("service %s does not mount volume %s at %s", name, vol, filepath.Dir(tokenFile))
+		}
+		if tok, ok := s.setting("node-token", "SLUICE_NODE_TOKEN"); ok {
+			t.Errorf("service %s is given a node token (%q): the fleet token needs none by hand", name, tok)
+		}
+		id, _ := s.setting("node-id", "SLUICE_NODE_ID")
+		if other, dup := ids[id]; dup {
+			t.Errorf("services %s and %s both connect as node id %q: the second is refused while the first is connected", other, name, id)
+		}
+		ids[id] = name
+	}
+	if enforcers < 2 {
+		t.Errorf("docker-compose.yml has %d enforcers, want two", enforcers)
 	}
 }
