@@ -194,18 +194,6 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 		return err
 	}
 	fleet := tok.Fleet
-	if fleet { // connected to another replica?
-		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
-		live, err := h.store.NodeLive(ctx, hello.NodeID, h.id, time.Now().Add(-StaleAfter))
-		cancel()
-		if err != nil {
-			h.log.Error("check fleet node id", "node_id", hello.NodeID, "error", err)
-			return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node id"}
-		}
-		if live {
-			return duplicateNode(hello.NodeID)
-		}
-	}
 	// What the node runs decides what its reports may name.
 	cctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	cat, err := h.catalog(cctx, hello.AppliedVersion)
@@ -223,17 +211,46 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	c.labels = hello.Labels
 	c.dirty = true
 	c.addCatalog(hello.AppliedVersion, cat)
+	row := c.row()
 	c.mu.Unlock()
 	c.sent.Store(hello.AppliedVersion)
 
+	// A fleet token's node never replaces a connected node of the same
+	// id: not one of another replica (the registry row, claimed in one
+	// statement, so two replicas never both take an id), nor one of
+	// this replica (register).
+	claimed := false
+	if fleet {
+		if h.connectedHere(hello.NodeID) {
+			return duplicateNode(hello.NodeID)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+		claim, err := h.store.ClaimNodeRow(ctx, row, time.Now().Add(-StaleAfter))
+		cancel()
+		switch {
+		case err != nil:
+			h.log.Error("claim fleet node id", "node_id", hello.NodeID, "error", err)
+			return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node id"}
+		case claim == store.NodeLiveElsewhere:
+			return duplicateNode(hello.NodeID)
+		}
+		claimed = claim == store.NodeClaimed
+	}
+
 	// Register before reading the latest version, so that a version
-	// published meanwhile is offered by Notify if not by us. A fleet
-	// token's node never replaces a connected node of the same id.
+	// published meanwhile is offered by Notify if not by us.
+	var refused error
 	switch h.register(c, fleet) {
 	case registerStopped:
-		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
+		refused = closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
 	case registerDuplicate:
-		return duplicateNode(hello.NodeID)
+		refused = duplicateNode(hello.NodeID)
+	}
+	if refused != nil {
+		if claimed { // give the row back: this connection will not serve it
+			h.release(row)
+		}
+		return refused
 	}
 
 	registered := h.gen.Load()

@@ -4,6 +4,7 @@ package hub_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -172,6 +173,49 @@ func TestFleetToken(t *testing.T) {
 	for name, n := range map[string]*node{"pod-a": a, "pod-c": pc} {
 		if err := n.closed(); websocket.CloseStatus(err) != wire.CloseRevoked {
 			t.Errorf("%s after its fleet token was disabled: closed with %v, want %d", name, err, wire.CloseRevoked)
+		}
+	}
+}
+
+// TestFleetNodeIDOnTwoReplicasAtOnce: two nodes saying hello with one
+// fleet token as one node id to two replicas, the second right after the
+// first (well before a registry flush): exactly one is served, the other
+// refused with 4005. The id is claimed in the registry within the hello,
+// so neither replica can miss the other's node.
+func TestFleetNodeIDOnTwoReplicasAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	replicas := []*console{e.startConsole(), e.startConsole()}
+	v := e.publish("api", domainYAML("api", 10))
+	_, fleet, err := e.st.CreateScopedToken(context.Background(), store.TokenSpec{Name: "enforcers", Role: store.RoleNode, Fleet: true}, store.Actor{Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		id := fmt.Sprintf("pod-%d", i)
+		first, second := replicas[i%2], replicas[(i+1)%2]
+		nodes := []*node{e.connectWith(first.url, fleet, wire.Hello{NodeID: id}), e.connectWith(second.url, fleet, wire.Hello{NodeID: id})}
+		served, refused := 0, 0
+		for _, n := range nodes {
+			select {
+			case msg, ok := <-n.in:
+				switch {
+				case ok:
+					if snap, isSnap := msg.(*wire.Snapshot); !isSnap || snap.Version != v {
+						t.Fatalf("%s: got %+v, want snapshot %d", id, msg, v)
+					}
+					served++
+				case websocket.CloseStatus(n.err) == wire.CloseDuplicateNode:
+					refused++
+				default:
+					t.Fatalf("%s: closed with %v", id, n.err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s: no answer within 30 s", id)
+			}
+		}
+		if served != 1 || refused != 1 {
+			t.Errorf("%s on two replicas at once: %d served, %d refused; want one each", id, served, refused)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -210,7 +211,74 @@ var saveNodesSQL = func() string {
 		OR n.last_seen < now() - make_interval(secs => $%d)`, len(nodeColumns)+1)
 }()
 
+// claimNodeSQL writes one connected row unless the registry shows the node
+// connected to another replica and seen since $N+1, or the row is the
+// writing replica's own (its hub decides then).
+var claimNodeSQL = func() string {
+	names := make([]string, len(nodeColumns))
+	arrays := make([]string, len(nodeColumns))
+	var set []string
+	for i, c := range nodeColumns {
+		names[i], arrays[i] = c.name, fmt.Sprintf("$%d::%s[]", i+1, c.typ)
+		if i > 0 {
+			set = append(set, c.name+" = EXCLUDED."+c.name)
+		}
+	}
+	return "INSERT INTO nodes AS n (" + strings.Join(names, ", ") + ")\n" +
+		"SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")\n" +
+		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + fmt.Sprintf(`
+	WHERE n.console_id <> EXCLUDED.console_id AND NOT (n.status = 'connected' AND n.last_seen >= $%d)
+	RETURNING n.id`, len(nodeColumns)+1)
+}()
+
+// ClaimNode outcomes.
+const (
+	NodeClaimed       = iota // the row is n's now
+	NodeLiveElsewhere        // another replica holds the node; n's row was not written
+	NodeOwnReplica           // the row is n.Console's own; not written, its hub decides
+)
+
+// ClaimNodeRow writes n (a connected node of n.Console) to the registry in
+// one statement unless another replica holds the node: its row says
+// connected and it was seen at or after since. Two replicas claiming one
+// id at once are serialized on its row, so exactly one wins. A fleet
+// token's nodes claim their id this way, so no two nodes share one.
+func (s *Store) ClaimNodeRow(ctx context.Context, n Node, since time.Time) (int, error) {
+	args, err := nodeArgs([]Node{n})
+	if err != nil {
+		return 0, err
+	}
+	var id string
+	err = s.sql.QueryRowContext(ctx, claimNodeSQL, append(args, since.UTC())...).Scan(&id)
+	switch {
+	case err == nil:
+		return NodeClaimed, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return 0, fmt.Errorf("claim node %q: %w", n.ID, err)
+	}
+	var console string
+	if err := s.sql.QueryRowContext(ctx, "SELECT console_id FROM nodes WHERE id = $1", n.ID).Scan(&console); err != nil {
+		return 0, fmt.Errorf("claim node %q: %w", n.ID, err)
+	}
+	if console == n.Console {
+		return NodeOwnReplica, nil
+	}
+	return NodeLiveElsewhere, nil
+}
+
 func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {
+	args, err := nodeArgs(nodes)
+	if err != nil {
+		return err
+	}
+	if _, err := s.sql.ExecContext(ctx, saveNodesSQL, append(args, staleAfter.Seconds())...); err != nil {
+		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
+	}
+	return nil
+}
+
+// nodeArgs are nodes as one array per column of nodeColumns, in order.
+func nodeArgs(nodes []Node) ([]any, error) {
 	k := len(nodes)
 	ids, statuses, labels, builds, addrs := make([]string, k), make([]string, k), make([]string, k), make([]string, k), make([]string, k)
 	nackErrs, sessions, consoles := make([]string, k), make([]string, k), make([]string, k)
@@ -222,23 +290,20 @@ func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Dur
 		if len(n.Labels) > 0 {
 			b, err := json.Marshal(n.Labels)
 			if err != nil {
-				return fmt.Errorf("save node %q: encode labels: %w", n.ID, err)
+				return nil, fmt.Errorf("save node %q: encode labels: %w", n.ID, err)
 			}
 			labels[i] = string(b)
 		}
 		var err error
 		if rates[i], err = encodeRates(n); err != nil {
-			return fmt.Errorf("save node %q: %w", n.ID, err)
+			return nil, fmt.Errorf("save node %q: %w", n.ID, err)
 		}
 		ids[i], versions[i], statuses[i], builds[i], addrs[i], protocols[i] = n.ID, n.AppliedVersion, n.Status, n.Build, n.Address, int32(n.Protocol)
 		since[i], seen[i], nackVersions[i], nackErrs[i], nacked[i] = utcPtr(n.ConnectedSince), n.LastSeen.UTC(), n.NackVersion, n.NackError, utcPtr(n.NackedAt)
 		sessions[i], consoles[i], tokens[i] = n.Session, n.Console, n.TokenID
 	}
-	if _, err := s.sql.ExecContext(ctx, saveNodesSQL, ids, versions, statuses, labels, builds, addrs, protocols,
-		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, tokens, staleAfter.Seconds()); err != nil {
-		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
-	}
-	return nil
+	return []any{ids, versions, statuses, labels, builds, addrs, protocols,
+		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, tokens}, nil
 }
 
 // updateNodesSQL rewrites the columns a connected node's messages change

@@ -494,7 +494,7 @@ func (e *NodeBoundError) Error() string {
 // when rotated; to move a node id to a new token, disable the old token.
 // A fleet token is never bound: any node id that no other live token holds
 // may connect with it, and the caller refuses an id that is connected
-// already (NodeLive). It returns the token as stored (its Fleet flag and
+// already (ClaimNodeRow). It returns the token as stored (its Fleet flag and
 // Name), without its owner.
 func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Actor) (Token, error) {
 	var row tokenRow
@@ -538,18 +538,4 @@ func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Ac
 		return row.token(), fmt.Errorf("claim node %q for token %d: %w", nodeID, id, err)
 	}
 	return row.token(), nil
-}
-
-// NodeLive reports whether the registry shows node id connected to a
-// console replica other than console, by a row rewritten since since (a
-// replica that died leaves a row that says connected but is not
-// refreshed).
-func (s *Store) NodeLive(ctx context.Context, id, console string, since time.Time) (bool, error) {
-	var n int64
-	err := s.db.WithContext(ctx).Table("nodes").Where("id = ? AND status = ? AND console_id <> ? AND last_seen >= ?",
-		id, NodeConnected, console, since).Count(&n).Error
-	if err != nil {
-		return false, fmt.Errorf("read node %q: %w", id, err)
-	}
-	return n > 0, nil
 }
