@@ -38,7 +38,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 sluice \
- && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/sluice --create-home --shell /usr/sbin/nologin sluice
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/sluice --create-home --shell /usr/sbin/nologin sluice \
+ && install -d -o 10001 -g 10001 -m 0700 /etc/sluice/bootstrap
 COPY --from=build /out/sluice /usr/local/bin/sluice
 # Numeric, so Kubernetes can check runAsNonRoot without reading /etc/passwd.
 USER 10001:10001
@@ -47,4 +48,7 @@ WORKDIR /var/lib/sluice
 EXPOSE 8080 8081 8082
 # The enforcer keeps its last-known-good ruleset here (--state-dir).
 VOLUME ["/var/lib/sluice"]
+# /etc/sluice/bootstrap is where docker-compose.yml's console writes the
+# enforcers' fleet node token: a volume mounted there starts owned by the
+# sluice user, as the directory is in the image.
 ENTRYPOINT ["/usr/local/bin/sluice"]

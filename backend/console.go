@@ -32,7 +32,12 @@ type Config struct {
 	Listen        string
 	DatabaseURL   string
 	AdminPassword string // creates user admin on a first start with no users
-	SecureCookies bool
+	// BootstrapNodeToken and BootstrapNodeTokenFile give enforcers started
+	// with the console a fleet node token (see bootstrapNodeToken): the
+	// secret to use, and the file to read it from or write a new one to.
+	BootstrapNodeToken     string
+	BootstrapNodeTokenFile string
+	SecureCookies          bool
 	// TrustedProxies lists the reverse proxies (IPs or CIDRs) whose
 	// X-Forwarded-For names the client, for audit IPs and sign-in
 	// throttling. Empty trusts none.
@@ -156,6 +161,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer, ready
 		return err
 	}
 	if err := bootstrapAdmin(ctx, st, cfg.AdminPassword, out); err != nil {
+		return err
+	}
+	if err := bootstrapNodeToken(ctx, st, cfg.BootstrapNodeToken, cfg.BootstrapNodeTokenFile, log, out); err != nil {
 		return err
 	}
 	limits := consoleLimits(cfg.Limits)

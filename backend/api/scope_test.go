@@ -154,3 +154,50 @@ func TestScopedTokenNeverWider(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestFleetTokenCreate: POST /api/v1/tokens makes fleet node tokens, and
+// only node tokens may be fleet tokens; the list shows the flag and no
+// node id.
+func TestFleetTokenCreate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var created struct {
+		ID    int64  `json:"id"`
+		Token string `json:"token"`
+		Fleet bool   `json:"fleet"`
+		Role  string `json:"role"`
+	}
+	f.decodeJSON(t, "POST", "/api/v1/tokens", "admin", `{"name":"enforcers","role":"node","fleet":true}`, 201, &created)
+	if !created.Fleet || created.Role != "node" || !strings.HasPrefix(created.Token, "slc_") {
+		t.Errorf("created %+v, want a fleet node token", created)
+	}
+	for _, body := range []string{
+		`{"name":"x","role":"viewer","fleet":true}`,
+		`{"name":"x","role":"admin","fleet":true}`,
+		`{"name":"x","role":"node","fleet":true,"read_only":true}`,
+	} {
+		if status, resp := f.call(t, "POST", "/api/v1/tokens", "admin", body); status != 400 || !strings.Contains(resp, "node tokens") {
+			t.Errorf("POST /tokens %s = %d %s, want 400 naming node tokens", body, status, resp)
+		}
+	}
+	if status, _ := f.call(t, "POST", "/api/v1/tokens", "editor", `{"name":"x","role":"node","fleet":true}`); status != 403 {
+		t.Errorf("an editor minting a fleet token = %d, want 403", status)
+	}
+	var listed struct {
+		Tokens []struct {
+			ID     int64   `json:"id"`
+			Fleet  bool    `json:"fleet"`
+			NodeID *string `json:"node_id"`
+		} `json:"tokens"`
+	}
+	f.decodeJSON(t, "GET", "/api/v1/tokens", "admin", "", 200, &listed)
+	found := false
+	for _, tok := range listed.Tokens {
+		if tok.ID == created.ID {
+			found = tok.Fleet && tok.NodeID == nil
+		}
+	}
+	if !found {
+		t.Errorf("GET /tokens does not list token %d as a fleet token without a node id: %+v", created.ID, listed.Tokens)
+	}
+}

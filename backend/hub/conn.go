@@ -190,22 +190,11 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	}
 	// Before register: a token bound to another node id must not replace
 	// (and so kick off) the connection of the node that has this id.
-	fleet, err := h.claim(tokenID, hello.NodeID, actor)
+	tok, err := h.claim(tokenID, hello.NodeID, actor)
 	if err != nil {
 		return err
 	}
-	if fleet { // connected to another replica?
-		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
-		live, err := h.store.NodeLive(ctx, hello.NodeID, h.id, time.Now().Add(-StaleAfter))
-		cancel()
-		if err != nil {
-			h.log.Error("check fleet node id", "node_id", hello.NodeID, "error", err)
-			return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node id"}
-		}
-		if live {
-			return duplicateNode(hello.NodeID)
-		}
-	}
+	fleet := tok.Fleet
 	// What the node runs decides what its reports may name.
 	cctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	cat, err := h.catalog(cctx, hello.AppliedVersion)
@@ -219,22 +208,51 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	now := c.heard.UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Region: hello.Region, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
-		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession(), Kind: store.NodeSluice}
+		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession(), Kind: store.NodeSluice, TokenID: &tok.ID, TokenName: &tok.Name}
 	c.labels = hello.Labels
 	c.region = hello.Region
 	c.dirty = true
 	c.addCatalog(hello.AppliedVersion, cat)
+	row := c.row()
 	c.mu.Unlock()
 	c.sent.Store(hello.AppliedVersion)
 
+	// A fleet token's node never replaces a connected node of the same
+	// id: not one of another replica (the registry row, claimed in one
+	// statement, so two replicas never both take an id), nor one of
+	// this replica (register).
+	claimed := false
+	if fleet {
+		if h.connectedHere(hello.NodeID) {
+			return duplicateNode(hello.NodeID)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+		claim, err := h.store.ClaimNodeRow(ctx, row, time.Now().Add(-StaleAfter))
+		cancel()
+		switch {
+		case err != nil:
+			h.log.Error("claim fleet node id", "node_id", hello.NodeID, "error", err)
+			return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node id"}
+		case claim == store.NodeLiveElsewhere:
+			return duplicateNode(hello.NodeID)
+		}
+		claimed = claim == store.NodeClaimed
+	}
+
 	// Register before reading the latest version, so that a version
-	// published meanwhile is offered by Notify if not by us. A fleet
-	// token's node never replaces a connected node of the same id.
+	// published meanwhile is offered by Notify if not by us.
+	var refused error
 	switch h.register(c, fleet) {
 	case registerStopped:
-		return closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
+		refused = closeError{code: websocket.StatusGoingAway, reason: "console shutting down"}
 	case registerDuplicate:
-		return duplicateNode(hello.NodeID)
+		refused = duplicateNode(hello.NodeID)
+	}
+	if refused != nil {
+		if claimed { // give the row back: this connection will not serve it
+			h.release(row)
+		}
+		return refused
 	}
 
 	registered := h.gen.Load()
@@ -255,21 +273,21 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 	return nil
 }
 
-// claim binds the node token to nodeID (see store.ClaimNode); fleet is
-// true for a fleet token, which is never bound.
-func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) (fleet bool, err error) {
+// claim binds the node token to nodeID (see store.ClaimNode) and returns
+// the token; a fleet token is never bound.
+func (h *Hub) claim(tokenID int64, nodeID string, actor store.Actor) (store.Token, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	defer cancel()
-	fleet, err = h.store.ClaimNode(ctx, tokenID, nodeID, actor)
+	tok, err := h.store.ClaimNode(ctx, tokenID, nodeID, actor)
 	var nb *store.NodeBoundError
 	switch {
 	case errors.As(err, &nb):
-		return fleet, closeError{code: wire.CloseNodeBound, reason: nb.Error()}
+		return tok, closeError{code: wire.CloseNodeBound, reason: nb.Error()}
 	case err != nil:
 		h.log.Error("bind node token", "node_id", nodeID, "error", err)
-		return fleet, closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
+		return tok, closeError{code: websocket.StatusTryAgainLater, reason: "console cannot check the node token"}
 	}
-	return fleet, nil
+	return tok, nil
 }
 
 func duplicateNode(id string) closeError {

@@ -269,6 +269,8 @@ type apiNode struct {
 	NackVersion    *int64            `json:"nack_version"`
 	NackError      string            `json:"nack_error"`
 	LastSeen       time.Time         `json:"last_seen"`
+	TokenID        *int64            `json:"token_id"`
+	TokenName      *string           `json:"token_name"`
 	Rates          *struct {
 		Decisions float64 `json:"decisions_per_second"`
 		Limited   float64 `json:"limited_per_second"`

@@ -171,6 +171,28 @@ func (h *Hub) register(c *conn, exclusive bool) int {
 	return registered
 }
 
+// release writes row, a claimed row of a connection that was then
+// refused, as disconnected, so the node id is free again at once and the
+// connection that holds the id here may write its own row over it. It
+// writes at once rather than through the flush, which skips the rows of
+// ids connected here.
+func (h *Hub) release(row store.Node) {
+	row.Status = store.NodeDisconnected
+	row.LastSeen = time.Now().UTC()
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	if err := h.store.SaveNodes(ctx, []store.Node{row}, StaleAfter); err != nil {
+		h.log.Warn("give back a refused node's registry row; it ages out", "node_id", row.ID, "error", err)
+	}
+}
+
+// connectedHere reports whether node id is connected to this replica.
+func (h *Hub) connectedHere(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conns[id] != nil
+}
+
 // unregister removes c and queues its final row, unless a newer
 // connection of the same node replaced it (that one's row wins).
 func (h *Hub) unregister(c *conn) {

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +65,10 @@ type Node struct {
 	// UnsupportedDomains are, for an xDS node, the domains of the version
 	// it was last sent that it cannot run, left out of what it was sent.
 	UnsupportedDomains []UnsupportedDomain `json:"unsupported_domains"`
+	// TokenID and TokenName are the node token the node connected with;
+	// nil for rows written before the registry kept them.
+	TokenID   *int64  `json:"token_id"`
+	TokenName *string `json:"token_name"`
 }
 
 // UnsupportedDomain is a domain an xDS node cannot run, and why.
@@ -103,6 +108,8 @@ type nodeRow struct {
 	Kind           string
 	// UnsupportedDomains is JSON; the column is named unsupported_domains.
 	UnsupportedDomains *string `gorm:"type:jsonb"`
+	TokenID            *int64
+	TokenName          *string `gorm:"->;-:migration"` // read only, joined from api_tokens
 }
 
 func (nodeRow) TableName() string { return "nodes" }
@@ -112,7 +119,7 @@ var nodeColumns = []struct{ name, typ string }{
 	{"id", "text"}, {"applied_version", "bigint"}, {"status", "text"}, {"labels", "jsonb"}, {"build", "text"},
 	{"address", "text"}, {"protocol", "integer"}, {"connected_since", "timestamptz"}, {"last_seen", "timestamptz"},
 	{"nack_version", "bigint"}, {"nack_error", "text"}, {"nacked_at", "timestamptz"}, {"session_id", "text"},
-	{"console_id", "text"}, {"rates", "jsonb"}, {"region", "text"}, {"kind", "text"}, {"unsupported_domains", "jsonb"},
+	{"console_id", "text"}, {"rates", "jsonb"}, {"region", "text"}, {"kind", "text"}, {"unsupported_domains", "jsonb"}, {"token_id", "bigint"},
 }
 
 // saveNodesBatch bounds the rows of one INSERT, and so the rows written
@@ -222,53 +229,117 @@ var saveNodesSQL = func() string {
 	}
 	return "INSERT INTO nodes AS n (" + strings.Join(names, ", ") + ")\n" +
 		"SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")\n" +
-		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + `
+		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + fmt.Sprintf(`
 	WHERE n.session_id = EXCLUDED.session_id
 		OR n.status <> 'connected'
 		OR n.connected_since IS NULL
 		OR EXCLUDED.connected_since > n.connected_since
-		OR n.last_seen < now() - make_interval(secs => $` + fmt.Sprint(len(nodeColumns)+1) + `)`
+		OR n.last_seen < now() - make_interval(secs => $%d)`, len(nodeColumns)+1)
 }()
 
+// claimNodeSQL writes one connected row unless the registry shows the node
+// connected to another replica and seen since $N+1, or the row is the
+// writing replica's own (its hub decides then).
+var claimNodeSQL = func() string {
+	names := make([]string, len(nodeColumns))
+	arrays := make([]string, len(nodeColumns))
+	var set []string
+	for i, c := range nodeColumns {
+		names[i], arrays[i] = c.name, fmt.Sprintf("$%d::%s[]", i+1, c.typ)
+		if i > 0 {
+			set = append(set, c.name+" = EXCLUDED."+c.name)
+		}
+	}
+	return "INSERT INTO nodes AS n (" + strings.Join(names, ", ") + ")\n" +
+		"SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")\n" +
+		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + fmt.Sprintf(`
+	WHERE n.console_id <> EXCLUDED.console_id AND NOT (n.status = 'connected' AND n.last_seen >= $%d)
+	RETURNING n.id`, len(nodeColumns)+1)
+}()
+
+// ClaimNode outcomes.
+const (
+	NodeClaimed       = iota // the row is n's now
+	NodeLiveElsewhere        // another replica holds the node; n's row was not written
+	NodeOwnReplica           // the row is n.Console's own; not written, its hub decides
+)
+
+// ClaimNodeRow writes n (a connected node of n.Console) to the registry in
+// one statement unless another replica holds the node: its row says
+// connected and it was seen at or after since. Two replicas claiming one
+// id at once are serialized on its row, so exactly one wins. A fleet
+// token's nodes claim their id this way, so no two nodes share one.
+func (s *Store) ClaimNodeRow(ctx context.Context, n Node, since time.Time) (int, error) {
+	args, err := nodeArgs([]Node{n})
+	if err != nil {
+		return 0, err
+	}
+	var id string
+	err = s.sql.QueryRowContext(ctx, claimNodeSQL, append(args, since.UTC())...).Scan(&id)
+	switch {
+	case err == nil:
+		return NodeClaimed, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return 0, fmt.Errorf("claim node %q: %w", n.ID, err)
+	}
+	var console string
+	if err := s.sql.QueryRowContext(ctx, "SELECT console_id FROM nodes WHERE id = $1", n.ID).Scan(&console); err != nil {
+		return 0, fmt.Errorf("claim node %q: %w", n.ID, err)
+	}
+	if console == n.Console {
+		return NodeOwnReplica, nil
+	}
+	return NodeLiveElsewhere, nil
+}
+
 func (s *Store) saveNodes(ctx context.Context, nodes []Node, staleAfter time.Duration) error {
+	args, err := nodeArgs(nodes)
+	if err != nil {
+		return err
+	}
+	if _, err := s.sql.ExecContext(ctx, saveNodesSQL, append(args, staleAfter.Seconds())...); err != nil {
+		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
+	}
+	return nil
+}
+
+// nodeArgs are nodes as one array per column of nodeColumns, in order.
+func nodeArgs(nodes []Node) ([]any, error) {
 	k := len(nodes)
 	ids, statuses, labels, builds, addrs := make([]string, k), make([]string, k), make([]string, k), make([]string, k), make([]string, k)
 	nackErrs, sessions, consoles := make([]string, k), make([]string, k), make([]string, k)
 	versions, nackVersions, protocols := make([]int64, k), make([]*int64, k), make([]int32, k)
 	since, seen, nacked := make([]*time.Time, k), make([]time.Time, k), make([]*time.Time, k)
-	rates, regions, kinds, unsupported := make([]*string, k), make([]string, k), make([]string, k), make([]*string, k)
+	rates, regions, kinds, unsupported, tokens := make([]*string, k), make([]string, k), make([]string, k), make([]*string, k), make([]*int64, k)
 	for i, n := range nodes {
 		regions[i] = n.Region
 		labels[i] = "{}"
 		if len(n.Labels) > 0 {
 			b, err := json.Marshal(n.Labels)
 			if err != nil {
-				return fmt.Errorf("save node %q: encode labels: %w", n.ID, err)
+				return nil, fmt.Errorf("save node %q: encode labels: %w", n.ID, err)
 			}
 			labels[i] = string(b)
 		}
 		var err error
 		if rates[i], err = encodeRates(n); err != nil {
-			return fmt.Errorf("save node %q: %w", n.ID, err)
+			return nil, fmt.Errorf("save node %q: %w", n.ID, err)
 		}
 		kinds[i] = cmp.Or(n.Kind, NodeSluice)
 		if len(n.UnsupportedDomains) > 0 {
 			b, err := json.Marshal(n.UnsupportedDomains)
 			if err != nil {
-				return fmt.Errorf("save node %q: encode unsupported domains: %w", n.ID, err)
+				return nil, fmt.Errorf("save node %q: encode unsupported domains: %w", n.ID, err)
 			}
 			u := string(b)
 			unsupported[i] = &u
 		}
 		ids[i], versions[i], statuses[i], builds[i], addrs[i], protocols[i] = n.ID, n.AppliedVersion, n.Status, n.Build, n.Address, int32(n.Protocol)
 		since[i], seen[i], nackVersions[i], nackErrs[i], nacked[i] = utcPtr(n.ConnectedSince), n.LastSeen.UTC(), n.NackVersion, n.NackError, utcPtr(n.NackedAt)
-		sessions[i], consoles[i] = n.Session, n.Console
+		sessions[i], consoles[i], tokens[i] = n.Session, n.Console, n.TokenID
 	}
-	if _, err := s.sql.ExecContext(ctx, saveNodesSQL, ids, versions, statuses, labels, builds, addrs, protocols,
-		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, regions, kinds, unsupported, staleAfter.Seconds()); err != nil {
-		return fmt.Errorf("save %d nodes: %w", len(nodes), err)
-	}
-	return nil
+	return []any{ids, versions, statuses, labels, builds, addrs, protocols,
+		since, seen, nackVersions, nackErrs, nacked, sessions, consoles, rates, regions, kinds, unsupported, tokens}, nil
 }
 
 // updateNodesSQL rewrites the columns a connected node's messages change
@@ -366,14 +437,17 @@ func utcPtr(t *time.Time) *time.Time {
 // ListNodes returns every known node, by id, as stored.
 func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	var rows []nodeRow
-	if err := s.db.WithContext(ctx).Order("id").Find(&rows).Error; err != nil {
+	err := s.db.WithContext(ctx).Table("nodes AS n").Select("n.*, t.name AS token_name").
+		Joins("LEFT JOIN api_tokens t ON t.id = n.token_id").Order("n.id").Find(&rows).Error
+	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	out := make([]Node, len(rows))
 	for i, r := range rows {
 		n := Node{ID: r.ID, AppliedVersion: r.AppliedVersion, Status: r.Status, Build: r.Build, Address: r.Address,
 			Protocol: r.Protocol, ConnectedSince: r.ConnectedSince, LastSeen: r.LastSeen, NackVersion: r.NackVersion,
-			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID, Region: r.Region, Kind: cmp.Or(r.Kind, NodeSluice)}
+			NackError: r.NackError, NackedAt: r.NackedAt, Session: r.SessionID, Console: r.ConsoleID, Region: r.Region,
+			Kind: cmp.Or(r.Kind, NodeSluice), TokenID: r.TokenID, TokenName: r.TokenName}
 		if err := json.Unmarshal([]byte(r.Labels), &n.Labels); err != nil {
 			return nil, fmt.Errorf("list nodes: node %q labels: %w", r.ID, err)
 		}

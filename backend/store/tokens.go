@@ -204,6 +204,16 @@ func (s *Store) CreateScopedToken(ctx context.Context, spec TokenSpec, actor Act
 		return Token{}, "", &InvalidError{Reason: "node tokens take no domains and no read_only flag"}
 	}
 	secret, hash, last4 := newSecret()
+	tok, err := s.createToken(ctx, spec, hash, last4, actor)
+	if err != nil {
+		return Token{}, "", err
+	}
+	return tok, secret, nil
+}
+
+// createToken writes a checked spec with its secret's hash, and the audit
+// event.
+func (s *Store) createToken(ctx context.Context, spec TokenSpec, hash, last4 string, actor Actor) (Token, error) {
 	row := tokenRow{Name: spec.Name, Role: spec.Role, Hash: hash, Last4: last4, CreatedBy: actor.owner(), CreatedAt: time.Now().UTC(),
 		ExpiresAt: spec.ExpiresAt, Domains: domainList(ScopeOf(spec.Domains).Domains), ReadOnly: spec.ReadOnly, Fleet: spec.Fleet}
 	if row.Domains == nil {
@@ -242,9 +252,53 @@ func (s *Store) CreateScopedToken(ctx context.Context, spec TokenSpec, actor Act
 		return appendAudit(tx, actor, "token.create", tokenTarget(row.ID), "", nil, after)
 	})
 	if err != nil {
-		return Token{}, "", fmt.Errorf("create token: %w", err)
+		return Token{}, fmt.Errorf("create token: %w", err)
 	}
-	return tok, secret, nil
+	return tok, nil
+}
+
+// MinGivenSecret is the shortest secret EnsureFleetToken accepts: 32
+// characters of a random string carry far more than 128 bits.
+const MinGivenSecret = 32
+
+// EnsureFleetToken makes secret, chosen outside the console (a bootstrap
+// token from a deployment's environment), the secret of a fleet node
+// token named name, unless a token with that secret exists already. It
+// returns the token and whether it created it. An existing token is
+// returned as it stands (disabled, expired, of another role) for the
+// caller to judge: it is never enabled or changed here, so disabling a
+// bootstrap token sticks across restarts. A secret shorter than
+// MinGivenSecret or with spaces or control characters is an
+// *InvalidError.
+func (s *Store) EnsureFleetToken(ctx context.Context, name, secret string, actor Actor) (Token, bool, error) {
+	if len(secret) < MinGivenSecret || strings.ContainsFunc(secret, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return Token{}, false, &InvalidError{Reason: fmt.Sprintf("a node token must be at least %d characters without spaces", MinGivenSecret)}
+	}
+	find := func() (Token, error) {
+		var row tokenRow
+		db := s.db.WithContext(ctx)
+		if err := db.Where("hash = ?", hashToken(secret)).Take(&row).Error; err != nil {
+			return Token{}, notFound(err, "token")
+		}
+		ts, err := resolveTokens(db, []tokenRow{row})
+		if err != nil {
+			return Token{}, err
+		}
+		return ts[0], nil
+	}
+	tok, err := find()
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return tok, false, err
+	}
+	tok, err = s.createToken(ctx, TokenSpec{Name: name, Role: RoleNode, Fleet: true}, hashToken(secret), secret[len(secret)-4:], actor)
+	if errors.Is(err, gorm.ErrDuplicatedKey) { // another console replica made it meanwhile
+		tok, err = find()
+		return tok, false, err
+	}
+	if err != nil {
+		return Token{}, false, err
+	}
+	return tok, true, nil
 }
 
 // FindToken returns the live token for a secret, narrowed to what its
@@ -438,17 +492,19 @@ func (e *NodeBoundError) Error() string {
 // with an audit event, and returns a *NodeBoundError if it is bound to
 // another node id or another live token holds nodeID. A token stays bound
 // when rotated; to move a node id to a new token, disable the old token.
-// A fleet token is never bound (fleet is true): any node id that no other
-// live token holds may connect with it, and the caller refuses an id that
-// is connected already (NodeLive).
-func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Actor) (fleet bool, err error) {
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var row tokenRow
-		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
+// A fleet token is never bound: any node id that no other live token holds
+// may connect with it, and the caller refuses an id that is connected
+// already (ClaimNodeRow). It returns the token as stored (its Fleet flag and
+// Name), without its owner.
+func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Actor) (Token, error) {
+	var row tokenRow
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// A fleet token's row is only read: its nodes, connecting at once
+		// after a console restart, do not queue on a row lock.
+		if err := tx.Where("id = ?", id).Take(&row).Error; err != nil {
 			return notFound(err, fmt.Sprintf("token %d", id))
 		}
 		if row.Fleet {
-			fleet = true
 			var n int64
 			if err := tx.Model(&tokenRow{}).Where("node_id = ? AND NOT disabled", nodeID).Count(&n).Error; err != nil {
 				return fmt.Errorf("read token bindings: %w", err)
@@ -457,6 +513,9 @@ func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Ac
 				return &NodeBoundError{NodeID: nodeID}
 			}
 			return nil
+		}
+		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&row).Error; err != nil {
+			return notFound(err, fmt.Sprintf("token %d", id))
 		}
 		switch {
 		case row.NodeID != nil && *row.NodeID == nodeID:
@@ -471,25 +530,12 @@ func (s *Store) ClaimNode(ctx context.Context, id int64, nodeID string, actor Ac
 		if err != nil {
 			return fmt.Errorf("write token: %w", err)
 		}
+		row.NodeID = &nodeID
 		return appendAudit(tx, actor, "token.bind", tokenTarget(id), "", map[string]any{"node_id": nil},
 			map[string]any{"node_id": nodeID, "name": row.Name})
 	})
 	if err != nil {
-		return fleet, fmt.Errorf("claim node %q for token %d: %w", nodeID, id, err)
+		return row.token(), fmt.Errorf("claim node %q for token %d: %w", nodeID, id, err)
 	}
-	return fleet, nil
-}
-
-// NodeLive reports whether the registry shows node id connected to a
-// console replica other than console, by a row rewritten since since (a
-// replica that died leaves a row that says connected but is not
-// refreshed).
-func (s *Store) NodeLive(ctx context.Context, id, console string, since time.Time) (bool, error) {
-	var n int64
-	err := s.db.WithContext(ctx).Table("nodes").Where("id = ? AND status = ? AND console_id <> ? AND last_seen >= ?",
-		id, NodeConnected, console, since).Count(&n).Error
-	if err != nil {
-		return false, fmt.Errorf("read node %q: %w", id, err)
-	}
-	return n > 0, nil
+	return row.token(), nil
 }

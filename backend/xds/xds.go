@@ -370,7 +370,7 @@ func (s *Server) hello(st *stream, req *discovery.DiscoveryRequest) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	defer cancel()
-	fleet, err := s.store.ClaimNode(ctx, st.sess.tokenID, h.NodeID, store.Actor{Name: "node:" + h.NodeID, IP: host(st.sess.addr)})
+	tok, err := s.store.ClaimNode(ctx, st.sess.tokenID, h.NodeID, store.Actor{Name: "node:" + h.NodeID, IP: host(st.sess.addr)})
 	var nb *store.NodeBoundError
 	switch {
 	case errors.As(err, &nb):
@@ -379,24 +379,34 @@ func (s *Server) hello(st *stream, req *discovery.DiscoveryRequest) error {
 		s.log.Error("bind xds node token", "node_id", h.NodeID, "error", err)
 		return status.Error(codes.Unavailable, "console cannot check the node token")
 	}
-	if fleet {
-		live, err := s.store.NodeLive(ctx, h.NodeID, s.console, time.Now().Add(-s.staleAfter))
-		if err != nil {
-			s.log.Error("check fleet node id", "node_id", h.NodeID, "error", err)
-			return status.Error(codes.Unavailable, "console cannot check the node id")
-		}
-		if live {
-			return duplicate(h.NodeID)
-		}
-	}
+	fleet := tok.Fleet
 	now := time.Now().UTC()
 	st.mu.Lock()
 	st.fleet, st.labels, st.sent = fleet, h.Labels, h.AppliedVersion
 	st.node = store.Node{ID: h.NodeID, AppliedVersion: h.AppliedVersion, Status: store.NodeConnected, Labels: h.Labels,
 		Build: h.Build, Address: st.sess.addr, ConnectedSince: &now, LastSeen: now, Console: s.console,
-		Session: newSession(), Kind: store.NodeXDS}
+		Session: newSession(), Kind: store.NodeXDS, TokenID: &tok.ID, TokenName: &tok.Name}
 	st.dirty = true
+	row := st.node
 	st.mu.Unlock()
+	if fleet {
+		// A fleet token's node claims its id in the registry in one
+		// statement, so no two nodes (on any replica) share one.
+		s.mu.Lock()
+		here := s.nodes[h.NodeID] != nil
+		s.mu.Unlock()
+		if here {
+			return duplicate(h.NodeID)
+		}
+		claim, err := s.store.ClaimNodeRow(ctx, row, time.Now().Add(-s.staleAfter))
+		switch {
+		case err != nil:
+			s.log.Error("claim fleet node id", "node_id", h.NodeID, "error", err)
+			return status.Error(codes.Unavailable, "console cannot check the node id")
+		case claim == store.NodeLiveElsewhere:
+			return duplicate(h.NodeID)
+		}
+	}
 
 	s.mu.Lock()
 	old := s.nodes[h.NodeID]

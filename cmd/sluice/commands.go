@@ -35,6 +35,8 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	fs.string(&cfg.Listen, "listen", "SLUICE_LISTEN", ":8080", "address to serve the API and UI on")
 	fs.string(&cfg.DatabaseURL, "database-url", "DATABASE_URL", defaultDatabaseURL, "Postgres URL")
 	fs.string(&cfg.AdminPassword, "admin-password", "SLUICE_ADMIN_PASSWORD", "", "password of user admin, created on a first start with no users")
+	fs.stringNoFile(&cfg.BootstrapNodeToken, "bootstrap-node-token", "SLUICE_BOOTSTRAP_NODE_TOKEN", "", fmt.Sprintf("a secret (at least %d characters) to make a fleet node token of, named bootstrap, unless a token has it already", store.MinGivenSecret))
+	fs.string(&cfg.BootstrapNodeTokenFile, "bootstrap-node-token-file", "SLUICE_BOOTSTRAP_NODE_TOKEN_FILE", "", "file holding the bootstrap fleet node token: --bootstrap-node-token is written to it; without that flag its secret is used, or, when the file is missing, a new fleet node token is made and written to it (0600) for enforcers to read with --node-token-file")
 	fs.bool(&cfg.SecureCookies, "secure-cookies", "SLUICE_SECURE_COOKIES", false, "mark session cookies Secure (serving behind TLS)")
 	var proxies string
 	fs.string(&proxies, "trusted-proxies", "SLUICE_TRUSTED_PROXIES", "", "comma-separated IPs or CIDRs of reverse proxies whose X-Forwarded-For is believed")
@@ -73,6 +75,11 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 		}
 		fmt.Fprintf(stdout, "listen=%s\ndatabase_url=%s\nadmin_password=%s\nsecure_cookies=%t\ntrusted_proxies=%s\nmetrics_auth=%t\npublic_url=%s\nstats_retention=%s\nxds_listen=%s\nredis_url=%s\nlog_level=%s\n",
 			cfg.Listen, redact(cfg.DatabaseURL), pw, cfg.SecureCookies, proxies, cfg.MetricsAuth, cfg.PublicURL, cfg.StatsRetention, cfg.XDSListen, redact(cfg.RedisURL), logLevel)
+		bootTok := ""
+		if cfg.BootstrapNodeToken != "" {
+			bootTok = "xxxxx"
+		}
+		fmt.Fprintf(stdout, "bootstrap_node_token=%s\nbootstrap_node_token_file=%s\n", bootTok, cfg.BootstrapNodeTokenFile)
 		sso.print(stdout, cfg)
 		fmt.Fprintf(stdout, "read_header_timeout=%s\nread_timeout=%s\nidle_timeout=%s\nmax_connections=%d\nmax_password_checks=%d\n",
 			cfg.Limits.ReadHeader, cfg.Limits.Read, cfg.Limits.Idle, cfg.Limits.MaxConns, cfg.PasswordChecks)
@@ -85,9 +92,10 @@ func runConsole(ctx context.Context, args []string, getenv func(string) string, 
 	return backend.Run(ctx, cfg, log, stdout, nil)
 }
 
-func enforcerFlags(fs *flagSet, cfg *enforcer.Config) {
+func enforcerFlags(fs *flagSet, cfg *enforcer.Config, nodeTokenFile *string) {
 	fs.string(&cfg.ConsoleURL, "console-url", "SLUICE_CONSOLE_URL", "http://127.0.0.1:8080", "console base URL; several replicas: comma-separated URLs, tried in order")
-	fs.string(&cfg.NodeToken, "node-token", "SLUICE_NODE_TOKEN", "", "API token with role node")
+	fs.stringNoFile(&cfg.NodeToken, "node-token", "SLUICE_NODE_TOKEN", "", "API token with role node")
+	fs.string(nodeTokenFile, "node-token-file", "SLUICE_NODE_TOKEN_FILE", "", "file holding the node token, instead of --node-token; the enforcer waits for it to appear (a token the console's --bootstrap-node-token-file writes)")
 	host, _ := os.Hostname()
 	fs.string(&cfg.NodeID, "node-id", "SLUICE_NODE_ID", host, "this node's id, unique among enforcers")
 	fs.string(&cfg.RedisURL, "redis-url", "REDIS_URL", "redis://127.0.0.1:6379/0", "redis://host:port/db; host:port,host:port or redis+cluster://... for Redis Cluster; redis+sentinel://s1:p1,s2:p2/MASTER for Sentinel; go-redis query options (pool_size, protocol=3, ...) apply")
@@ -109,10 +117,10 @@ const enforcerGCPercent = 400
 
 func runEnforcer(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var cfg enforcer.Config
-	var logLevel, labels, trusted, storeTimeout, asyncFlush, globalInterval string
+	var logLevel, labels, trusted, storeTimeout, asyncFlush, globalInterval, nodeTokenFile string
 	var printConfig bool
 	fs := newFlagSet("enforcer", getenv, stderr)
-	enforcerFlags(fs, &cfg)
+	enforcerFlags(fs, &cfg, &nodeTokenFile)
 	gatewayFlags(fs, &cfg, &trusted)
 	fs.string(&storeTimeout, "redis-timeout", "SLUICE_REDIS_TIMEOUT", "50ms", "bound on each step (dial, pool wait, write, read) of a check's Redis call; past it the limit's failure_mode answers")
 	fs.string(&asyncFlush, "async-flush-interval", "SLUICE_ASYNC_FLUSH_INTERVAL", "100ms", "how often the hits of consistency: async limits are sent to Redis (10ms to 10s)")
@@ -164,16 +172,19 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 		if cfg.NodeToken != "" {
 			tok = "xxxxx"
 		}
-		fmt.Fprintf(stdout, "console_url=%s\nnode_token=%s\nnode_id=%s\nredis_url=%s\nlisten=%s\ngrpc_listen=%s\nstate_dir=%s\nlabels=%s\n",
-			cfg.ConsoleURL, tok, cfg.NodeID, redact(cfg.RedisURL), cfg.HTTPAddr, cfg.GRPCAddr, cfg.StateDir, labels)
+		fmt.Fprintf(stdout, "console_url=%s\nnode_token=%s\nnode_token_file=%s\nnode_id=%s\nredis_url=%s\nlisten=%s\ngrpc_listen=%s\nstate_dir=%s\nlabels=%s\n",
+			cfg.ConsoleURL, tok, nodeTokenFile, cfg.NodeID, redact(cfg.RedisURL), cfg.HTTPAddr, cfg.GRPCAddr, cfg.StateDir, labels)
 		fmt.Fprintf(stdout, "redis_timeout=%s\ngateway_listen=%s\ngateway_upstream=%s\ngateway_domain=%s\ngateway_trusted_proxies=%s\n",
 			cfg.StoreTimeout, cfg.GatewayAddr, redact(cfg.GatewayUpstream), cfg.GatewayDomain, trusted)
 		fmt.Fprintf(stdout, "rules_dir=%s\nasync_flush_interval=%s\n", cfg.RulesDir, cfg.AsyncFlushInterval)
 		fmt.Fprintf(stdout, "region=%s\nglobal_redis_url=%s\nglobal_sync_interval=%s\n", cfg.Region, redact(cfg.GlobalRedisURL), cfg.GlobalInterval)
 		return nil
 	}
-	if cfg.NodeToken == "" && cfg.RulesDir == "" {
-		return fmt.Errorf("enforcer: --node-token (SLUICE_NODE_TOKEN) is required: create one with POST /api/v1/tokens {\"name\":...,\"role\":\"node\"}")
+	if cfg.NodeToken != "" && nodeTokenFile != "" {
+		return fmt.Errorf("enforcer: --node-token (SLUICE_NODE_TOKEN) and --node-token-file (SLUICE_NODE_TOKEN_FILE) are mutually exclusive")
+	}
+	if cfg.NodeToken == "" && nodeTokenFile == "" && cfg.RulesDir == "" {
+		return fmt.Errorf("enforcer: --node-token (SLUICE_NODE_TOKEN) or --node-token-file (SLUICE_NODE_TOKEN_FILE) is required: create a token with POST /api/v1/tokens {\"name\":...,\"role\":\"node\"}")
 	}
 	if cfg.NodeID == "" {
 		return fmt.Errorf("enforcer: --node-id (SLUICE_NODE_ID) is required")
@@ -181,6 +192,14 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	log, err := newLogger(logLevel, stderr)
 	if err != nil {
 		return err
+	}
+	if nodeTokenFile != "" && cfg.RulesDir == "" {
+		if cfg.NodeToken, err = waitForSecretFile(ctx, nodeTokenFile, log); err != nil {
+			return fmt.Errorf("enforcer: --node-token-file: %w", err)
+		}
+		if cfg.NodeToken == "" { // ctx ended while waiting
+			return nil
+		}
 	}
 	limiter.SetLogger(log) // go-redis logs through a process-wide logger
 	if getenv("GOGC") == "" {

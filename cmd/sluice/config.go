@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -39,6 +41,16 @@ func (f *flagSet) string(p *string, name, env, def, help string) {
 		} else {
 			f.badEnv = append(f.badEnv, fmt.Sprintf("%s_FILE=%q cannot be read: %v", env, path, err))
 		}
+	}
+	f.StringVar(p, name, def, help+" (env "+env+")")
+}
+
+// stringNoFile is string without the *_FILE variant: for a secret whose
+// file is a flag of its own, read later (and perhaps waited for or
+// written) rather than at parse time.
+func (f *flagSet) stringNoFile(p *string, name, env, def, help string) {
+	if v := f.getenv(env); v != "" {
+		def = v
 	}
 	f.StringVar(p, name, def, help+" (env "+env+")")
 }
@@ -124,4 +136,38 @@ func redact(s string) string {
 		return s
 	}
 	return u.Redacted()
+}
+
+// secretFilePoll is how often waitForSecretFile looks for its file, and
+// secretFileNag how often it says it is still waiting.
+const (
+	secretFilePoll = 200 * time.Millisecond
+	secretFileNag  = 30 * time.Second
+)
+
+// waitForSecretFile returns the trimmed content of path once it exists and
+// is not empty: a token another process writes (the console's bootstrap
+// token on a shared volume) may appear after this process starts. It
+// returns "" when ctx ends first, and an error only when the file exists
+// but cannot be read.
+func waitForSecretFile(ctx context.Context, path string, log *slog.Logger) (string, error) {
+	var nagged time.Time
+	for {
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil && strings.TrimSpace(string(b)) != "":
+			return strings.TrimSpace(string(b)), nil
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return "", err
+		}
+		if time.Since(nagged) >= secretFileNag {
+			log.Info("waiting for the node token file", "path", path)
+			nagged = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return "", nil
+		case <-time.After(secretFilePoll):
+		}
+	}
 }

@@ -437,8 +437,9 @@ func TestCtlCommands(t *testing.T) {
 		t.Fatalf("nodes = %+v", list)
 	}
 	out, _ = c.mustCtl(t, 0, "nodes")
-	if !strings.Contains(out, "edge-1") || !strings.Contains(out, "connected") || !strings.Contains(out, "current version: 3") {
-		t.Fatalf("nodes:\n%s", out)
+	if !strings.Contains(out, "edge-1") || !strings.Contains(out, "connected") || !strings.Contains(out, "current version: 3") ||
+		!strings.Contains(out, fmt.Sprintf("edge-1 (#%d)", nodeTok.ID)) {
+		t.Fatalf("nodes (want the node's token, edge-1 (#%d)):\n%s", nodeTok.ID, out)
 	}
 
 	var scoped struct {

@@ -20,6 +20,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluicehq/sluice/backend/store"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -98,6 +100,9 @@ func decodeManifests(t *testing.T, dir string) []manifest {
 	t.Helper()
 	var out []manifest
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && path != dir && d.Name() == "options" {
+			return filepath.SkipDir // alternatives to base files, checked in their place
+		}
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") || d.Name() == "kustomization.yaml" {
 			return err
 		}
@@ -224,6 +229,35 @@ func TestKubernetesManifests(t *testing.T) {
 	if len(ms) < 10 {
 		t.Fatalf("decoded %d manifests, want at least 10", len(ms))
 	}
+	checkWorkloads(t, ms)
+	// options/enforcer-statefulset.yaml in place of enforcer.yaml.
+	var withStatefulSet []manifest
+	for _, m := range ms {
+		if filepath.Base(m.file) != "enforcer.yaml" {
+			withStatefulSet = append(withStatefulSet, m)
+		}
+	}
+	option := decodeManifests(t, filepath.Join(kubeDir, "options", "enforcer-statefulset.yaml"))
+	if len(option) == 0 {
+		t.Fatal("options/enforcer-statefulset.yaml: no manifests")
+	}
+	t.Run("statefulset", func(t *testing.T) { checkWorkloads(t, append(withStatefulSet, option...)) })
+}
+
+// envVar returns the variable name of container c, or nil.
+func envVar(c corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
+// checkWorkloads checks one set of manifests that make up the base: the
+// console and enforcer workloads and what points at them.
+func checkWorkloads(t *testing.T, ms []manifest) {
+	t.Helper()
 	uid := dockerfileUser(t)
 	var pods []podOf
 	secrets := map[string]*corev1.Secret{}
@@ -296,20 +330,33 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		}
 	}
+	// Every enforcer pod connects as its own pod name.
+	ec := enforcer.tmpl.Spec.Containers[0]
+	if pod, id := envVar(ec, "POD_NAME"), envVar(ec, "SLUICE_NODE_ID"); pod == nil || pod.ValueFrom == nil || pod.ValueFrom.FieldRef == nil ||
+		pod.ValueFrom.FieldRef.FieldPath != "metadata.name" || id == nil || id.Value != "$(POD_NAME)" {
+		t.Errorf("%s: the node id is not the pod name (SLUICE_NODE_ID=$(POD_NAME), POD_NAME from metadata.name)", enforcer.name)
+	}
 	for _, h := range hpas {
 		ref := h.Spec.ScaleTargetRef
 		if ref.Kind != enforcer.kind || ref.Name != enforcer.name || ref.APIVersion != "apps/v1" {
 			t.Errorf("HorizontalPodAutoscaler %s scales %s %s %s, want apps/v1 %s %s", h.Name, ref.APIVersion, ref.Kind, ref.Name, enforcer.kind, enforcer.name)
 		}
-		// Each enforcer pod needs a node token of its own, named by its pod name.
-		tokens := secrets["sluice-node-tokens"]
-		if tokens == nil {
-			t.Fatal("no sluice-node-tokens Secret")
-		}
-		for i := range int(h.Spec.MaxReplicas) {
-			if _, ok := tokens.StringData[fmt.Sprintf("%s-%d", enforcer.name, i)]; !ok {
-				t.Errorf("HorizontalPodAutoscaler %s may scale to %d pods, but sluice-node-tokens has no token for %s-%d", h.Name, h.Spec.MaxReplicas, enforcer.name, i)
+		switch enforcer.kind {
+		case "StatefulSet":
+			// Each enforcer pod needs a node token of its own, named by its pod name.
+			tokens := secrets["sluice-node-tokens"]
+			if tokens == nil {
+				t.Fatal("no sluice-node-tokens Secret")
 			}
+			for i := range int(h.Spec.MaxReplicas) {
+				if _, ok := tokens.StringData[fmt.Sprintf("%s-%d", enforcer.name, i)]; !ok {
+					t.Errorf("HorizontalPodAutoscaler %s may scale to %d pods, but sluice-node-tokens has no token for %s-%d", h.Name, h.Spec.MaxReplicas, enforcer.name, i)
+				}
+			}
+		case "Deployment":
+			checkFleetToken(t, enforcer, console, secrets)
+		default:
+			t.Errorf("the enforcers are a %s, want a Deployment or a StatefulSet", enforcer.kind)
 		}
 		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 2 {
 			t.Errorf("HorizontalPodAutoscaler %s: minReplicas %v, want at least 2", h.Name, h.Spec.MinReplicas)
@@ -338,6 +385,39 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	if port, _ := containerPort(enforcer.tmpl, intstr.FromString("grpc")); !strings.Contains(string(envoy), fmt.Sprintf("{address: %s, port_value: %d}", enforcer.name, port)) {
 		t.Errorf("docs/envoy.yaml does not point at %s:%d", enforcer.name, port)
+	}
+}
+
+// checkFleetToken checks a Deployment of enforcers on one fleet node
+// token: every pod reads it from a file of a mounted Secret that the
+// examples have, and the console makes the token from the same Secret key
+// on its first start, so no token is made by hand.
+func checkFleetToken(t *testing.T, enforcer, console podOf, secrets map[string]*corev1.Secret) {
+	t.Helper()
+	c := enforcer.tmpl.Spec.Containers[0]
+	file := envVar(c, "SLUICE_NODE_TOKEN_FILE")
+	if file == nil {
+		t.Fatalf("%s: no SLUICE_NODE_TOKEN_FILE", enforcer.name)
+	}
+	var secretName, key string
+	for _, vm := range c.VolumeMounts {
+		for _, v := range enforcer.tmpl.Spec.Volumes {
+			if v.Name == vm.Name && v.Secret != nil && filepath.Dir(file.Value) == vm.MountPath {
+				secretName, key = v.Secret.SecretName, filepath.Base(file.Value)
+			}
+		}
+	}
+	s := secrets[secretName]
+	if s == nil {
+		t.Fatalf("%s: SLUICE_NODE_TOKEN_FILE %s is no file of a mounted Secret the examples have", enforcer.name, file.Value)
+	}
+	if tok, ok := s.StringData[key]; !ok || len(tok) < store.MinGivenSecret {
+		t.Errorf("Secret %s has no key %s of at least %d characters (the console refuses a shorter bootstrap token)", secretName, key, store.MinGivenSecret)
+	}
+	boot := envVar(console.tmpl.Spec.Containers[0], "SLUICE_BOOTSTRAP_NODE_TOKEN")
+	if boot == nil || boot.ValueFrom == nil || boot.ValueFrom.SecretKeyRef == nil ||
+		boot.ValueFrom.SecretKeyRef.Name != secretName || boot.ValueFrom.SecretKeyRef.Key != key {
+		t.Errorf("%s: SLUICE_BOOTSTRAP_NODE_TOKEN does not read Secret %s key %s, so the enforcers' token would be made by hand", console.name, secretName, key)
 	}
 }
 
@@ -553,29 +633,70 @@ func TestManifestDecodingIsStrict(t *testing.T) {
 	}
 }
 
-// TestComposeFile checks docker-compose.yml against the binary and the
-// image: every service has a health check; the Sluice services' flags and
-// variables exist, and their health checks ask /healthz or /readyz on the
-// port the service listens on, with a tool the image has.
-func TestComposeFile(t *testing.T) {
-	t.Parallel()
+// composeService is a service of docker-compose.yml, as far as the tests read it.
+type composeService struct {
+	Image       string            `yaml:"image"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	Volumes     []string          `yaml:"volumes"`
+	Healthcheck *struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
+}
+
+// composeFile is docker-compose.yml.
+type composeFile struct {
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
+}
+
+func loadCompose(t *testing.T) composeFile {
+	t.Helper()
 	src, err := os.ReadFile(filepath.Join(repoRoot, "docker-compose.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var compose struct {
-		Services map[string]struct {
-			Image       string            `yaml:"image"`
-			Command     []string          `yaml:"command"`
-			Environment map[string]string `yaml:"environment"`
-			Healthcheck *struct {
-				Test []string `yaml:"test"`
-			} `yaml:"healthcheck"`
-		} `yaml:"services"`
-	}
+	var compose composeFile
 	if err := yaml.Unmarshal(src, &compose); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
+	return compose
+}
+
+// setting is the value a service gives a flag of its subcommand, by
+// command-line argument or environment variable, and whether it sets it.
+func (s composeService) setting(flag, env string) (string, bool) {
+	for i := 1; i+1 < len(s.Command); i++ {
+		if s.Command[i] == "--"+flag {
+			return s.Command[i+1], true
+		}
+	}
+	v, ok := s.Environment[env]
+	return v, ok
+}
+
+// mount returns the named volume s mounts at the directory holding path,
+// and whether it mounts it read-only.
+func (s composeService) mount(path string) (volume string, readOnly, ok bool) {
+	for _, v := range s.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 && filepath.Dir(path) == parts[1] {
+			return parts[0], len(parts) == 3 && parts[2] == "ro", true
+		}
+	}
+	return "", false, false
+}
+
+// TestComposeFile checks docker-compose.yml against the binary and the
+// image: every service has a health check; the Sluice services' flags and
+// variables exist, and their health checks ask /healthz or /readyz on the
+// port the service listens on, with a tool the image has. The enforcers
+// need no step by hand: the console writes the bootstrap fleet node token
+// to a volume every enforcer mounts and reads it from, in a directory the
+// image gives to its user, and no enforcer is given a token of its own.
+func TestComposeFile(t *testing.T) {
+	t.Parallel()
+	compose := loadCompose(t)
 	dockerfile, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -583,6 +704,13 @@ func TestComposeFile(t *testing.T) {
 	runtime := string(dockerfile[strings.LastIndex(string(dockerfile), "\nFROM "):])
 	sluiceServices := 0
 	for name, s := range compose.Services {
+		for _, v := range s.Volumes {
+			if vol, _, _ := strings.Cut(v, ":"); !strings.HasPrefix(vol, ".") && !strings.HasPrefix(vol, "/") {
+				if _, ok := compose.Volumes[vol]; !ok {
+					t.Errorf("service %s mounts volume %s, which the file does not declare", name, vol)
+				}
+			}
+		}
 		if s.Healthcheck == nil || len(s.Healthcheck.Test) < 2 {
 			t.Errorf("service %s has no health check", name)
 			continue
@@ -631,5 +759,48 @@ func TestComposeFile(t *testing.T) {
 	}
 	if sluiceServices < 2 {
 		t.Errorf("found %d Sluice services in docker-compose.yml, want the console and the enforcers", sluiceServices)
+	}
+
+	// The bootstrap token: written by the console, read by every enforcer.
+	console, ok := compose.Services["console"]
+	if !ok {
+		t.Fatal("docker-compose.yml has no console service")
+	}
+	tokenFile, ok := console.setting("bootstrap-node-token-file", "SLUICE_BOOTSTRAP_NODE_TOKEN_FILE")
+	if !ok {
+		t.Fatal("the console service sets no --bootstrap-node-token-file: the enforcers would need tokens made by hand")
+	}
+	vol, ro, ok := console.mount(tokenFile)
+	if !ok || ro {
+		t.Errorf("the console writes %s, but mounts no writable volume at %s", tokenFile, filepath.Dir(tokenFile))
+	}
+	uid := dockerfileUser(t)
+	if !regexp.MustCompile(fmt.Sprintf(`install -d -o %d -g %d -m 07[0-7]0 %s\b`, uid, uid, regexp.QuoteMeta(filepath.Dir(tokenFile)))).MatchString(runtime) {
+		t.Errorf("the runtime image does not make %s, owned by uid %d: a fresh volume mounted there would be root's, and the console could not write the token", filepath.Dir(tokenFile), uid)
+	}
+	ids := map[string]string{}
+	enforcers := 0
+	for name, s := range compose.Services {
+		if !strings.HasPrefix(s.Image, "sluice") || len(s.Command) == 0 || s.Command[0] != "enforcer" {
+			continue
+		}
+		enforcers++
+		if f, _ := s.setting("node-token-file", "SLUICE_NODE_TOKEN_FILE"); f != tokenFile {
+			t.Errorf("service %s reads its node token from %q, want the console's bootstrap token file %s", name, f, tokenFile)
+		}
+		if v, _, ok := s.mount(tokenFile); !ok || v != vol {
+			t.Errorf("service %s does not mount volume %s at %s", name, vol, filepath.Dir(tokenFile))
+		}
+		if tok, ok := s.setting("node-token", "SLUICE_NODE_TOKEN"); ok {
+			t.Errorf("service %s is given a node token (%q): the fleet token needs none by hand", name, tok)
+		}
+		id, _ := s.setting("node-id", "SLUICE_NODE_ID")
+		if other, dup := ids[id]; dup {
+			t.Errorf("services %s and %s both connect as node id %q: the second is refused while the first is connected", other, name, id)
+		}
+		ids[id] = name
+	}
+	if enforcers < 2 {
+		t.Errorf("docker-compose.yml has %d enforcers, want two", enforcers)
 	}
 }

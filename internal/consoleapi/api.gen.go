@@ -1591,6 +1591,12 @@ type Node struct {
 	Region string `json:"region"`
 	Status string `json:"status"`
 
+	// TokenID The node token the node connected with (a fleet token serves many nodes); null for rows from before the registry kept it.
+	TokenID *int64 `json:"token_id"`
+
+	// TokenName The name of that token; null with token_id.
+	TokenName *string `json:"token_name"`
+
 	// UnsupportedDomains For an `xds` node, the domains of the version it was last sent that it cannot run, and why
 	// (the first reasons, each naming a descriptor path): they use what envoyproxy/ratelimit
 	// cannot express (an algorithm other than fixed_window, burst, shards, leases, delays...) and

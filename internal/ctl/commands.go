@@ -350,9 +350,13 @@ func nodes(ctx context.Context, e *env, args []string) error {
 			}
 			version += " cannot run: " + strings.Join(names, ",") // -o json says why
 		}
-		rows[i] = []string{cell(n.ID), n.Status, cell(version), when(n.LastSeen), cell(strings.Join(labels, ",")), cell(n.Build)}
+		token := "-"
+		if n.TokenID != nil && n.TokenName != nil {
+			token = fmt.Sprintf("%s (#%d)", *n.TokenName, *n.TokenID)
+		}
+		rows[i] = []string{cell(n.ID), n.Status, cell(version), when(n.LastSeen), cell(token), cell(strings.Join(labels, ",")), cell(n.Build)}
 	}
-	if err := e.table([]string{"ID", "STATUS", "VERSION", "LAST SEEN", "LABELS", "BUILD"}, rows); err != nil {
+	if err := e.table([]string{"ID", "STATUS", "VERSION", "LAST SEEN", "TOKEN", "LABELS", "BUILD"}, rows); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "current version: %d\n", list.CurrentVersion)

@@ -523,6 +523,8 @@ describe('the console UI', () => {
     for (const id of ['ui-e2e-1', 'ui-e2e-2']) {
       const row = table.locator('tr', { hasText: id });
       await row.getByText('ACK', { exact: true }).waitFor({ timeout: 15_000 });
+      // The token the node connected with: each has its own, named like the node.
+      expect(await row.locator('td', { hasText: /#\d+/ }).innerText()).toMatch(new RegExp(`^${id} #\\d+$`));
     }
     await page.getByText(/All 2 connected nodes run version \d+/).waitFor();
     // Live decisions/s: send checks until the page shows a rate above zero.

@@ -2323,7 +2323,10 @@ export interface paths {
          *     sends `hello` (with its protocol major version), the console answers `snapshot` whenever
          *     the node is behind, the node acks or nacks each one and sends `stats` every second. The
          *     console closes with 4001 for an unsupported protocol version, 4002 when a newer connection
-         *     of the same node replaced this one, 1008 for a malformed message, 1009 for a message over
+         *     of the same node replaced this one, 4003 when the node token is bound to another node id
+         *     (or the node id to another token), 4004 when the token is revoked (disabled, rotated or
+         *     expired), 4005 when a node connects with a fleet node token as a node id that is connected
+         *     already (the connected node stays), 1008 for a malformed message, 1009 for a message over
          *     1 MiB, 1013 for a node too far behind, 1001 when the console shuts down.
          */
         get: {
@@ -4217,6 +4220,13 @@ export interface components {
                 domain: string;
                 reasons: string[];
             }[];
+            /**
+             * Format: int64
+             * @description The node token the node connected with (a fleet token serves many nodes); null for rows from before the registry kept it.
+             */
+            token_id: number | null;
+            /** @description The name of that token; null with token_id. */
+            token_name: string | null;
             /** @description Per-rule decisions per second over the node's latest stats report; null when disconnected or not reporting. */
             rates: {
                 /** Format: date-time */

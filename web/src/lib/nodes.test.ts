@@ -18,6 +18,8 @@ function node(over: Partial<NodeInfo>): NodeInfo {
     nack_version: null,
     nack_error: '',
     nacked_at: null,
+    token_id: null,
+    token_name: null,
     rates: null,
     kind: 'sluice',
     unsupported_domains: [],
