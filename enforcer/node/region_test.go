@@ -228,8 +228,8 @@ func TestGlobalLimitSequential(t *testing.T) {
 // TestGlobalLimitHoldsAcrossRegions: both regions send a hot key of a
 // global limit at once, each far above the limit; every window admits at
 // least the limit and at most the stated bound, limit + Σ λ_r·D with λ_r
-// a region's check rate and D = 2·interval + the round trip (allowed
-// 30 ms on a loaded machine). Serial in spirit: it paces checks for 3 s.
+// a region's check rate and D = 2·(interval + a round's time), a round
+// allowed 15 ms on a loaded machine. Serial in spirit: it paces checks for 3 s.
 func TestGlobalLimitHoldsAcrossRegions(t *testing.T) {
 	w := startWorld(t)
 	const limit = 100
