@@ -67,7 +67,7 @@
 // own Redis: a scope: global limit (fixed_window, sliding_window_counter)
 // is checked against what the other regions left of it, learnt from the
 // global store every interval off the request path, and at most
-// limit + Σ_r λ_r·(2·interval + RTT) is admitted per window (λ_r: region
+// limit + Σ_r λ_r·2·(interval + RTT) is admitted per window (λ_r: region
 // r's rate on the key); with the global store unreachable, each region
 // enforces its share, min(⌈limit/R⌉, limit − others). The full statement
 // is in region.go.

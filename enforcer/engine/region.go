@@ -23,20 +23,23 @@ package engine
 //     field back. A key's window is tracked from the first check that
 //     touches it on this node, admitted or not, so the next round reads it.
 //
-// Overshoot bound. With R regions, I the interval and D = 2·I + RTT (RTT
-// the global store's round trip; a region's hit reaches the store within
-// I + RTT and another region reads it within another I), a window admits
-// at most
+// Overshoot bound. With I the interval and D = 2·(I + RTT), RTT the
+// time one round takes (the global store's round trip, plus the node's
+// scheduling delay on a loaded machine): a region's hit reaches the store
+// within I + RTT, and another region's round reads it within another
+// I + RTT. A window admits at most
 //
 //	limit + Σ_r λ_r · D
 //
 // where λ_r is the rate at which region r admits the key: what each region
-// admits while its view of the others is behind. Two regions each
-// admitting 500/s with I = 100 ms and a 1 ms RTT over-admit by at most
-// 2 · 500 · 0.201 ≈ 201 per window; BENCHMARKS.md has measured figures.
-// It never under-admits: others only ever counts hits some region admitted
-// (a failed round is sent again, so a round that failed after Redis applied
-// part of it counts those hits twice, which refuses early, by them).
+// admits while its view of the others is behind (a node's first checks of
+// a key's window, before a round has read it, are such checks). Two
+// regions each admitting 500/s with I = 100 ms and a 1 ms RTT over-admit
+// by at most 2 · 500 · 0.202 ≈ 202 per window; BENCHMARKS.md has measured
+// figures. While the global store answers, it never under-admits: others
+// only ever counts hits some region admitted (a failed round is sent
+// again, so a round that failed after Redis applied part of it counts
+// those hits twice, which refuses early, by them).
 //
 // A caller's limit override (Envoy's per-descriptor limit) counts in its
 // region only.

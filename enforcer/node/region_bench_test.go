@@ -19,12 +19,11 @@ import (
 // BenchmarkRegionOvershoot measures what a global limit admits per window
 // across two regions (each with its own Redis and node, a third Redis the
 // global store) under one hot key offered at 3× the limit (1.5× in each
-// region):
-// b.N one-second windows, reported as admitted ÷ limit (p50, p99, max, over
-// the windows offered at least 1.5× the limit) and the windows admitting
-// less than min(limit, offered)
-// next to the same load on two nodes sharing one Redis ("exact", the
-// baseline). Run it with -benchtime 100x for 100 windows:
+// region) for b.N one-second windows: admitted ÷ limit (p50, p99, max,
+// over the windows offered at least 1.5× the limit) and the windows that
+// admitted less than min(limit, offered), next to the same load on two
+// nodes sharing one Redis ("exact", the baseline). Run it with
+// -benchtime 100x for 100 windows:
 //
 //	go test -run '^$' -bench BenchmarkRegionOvershoot -benchtime 100x ./enforcer/node/
 func BenchmarkRegionOvershoot(b *testing.B) {

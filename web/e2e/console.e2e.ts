@@ -229,7 +229,7 @@ beforeAll(async () => {
   });
   seedVersion += 1;
   // The domain under test was seeded first; the checkout publish came after.
-  enforcers = await Promise.all([startEnforcer(base, tokens[0], 'ui-e2e-1'), startEnforcer(base, tokens[1], 'ui-e2e-2')]);
+  enforcers = await Promise.all([startEnforcer(base, tokens[0], 'ui-e2e-1', ['--region', 'eu-west']), startEnforcer(base, tokens[1], 'ui-e2e-2')]);
   await allAcked(seedVersion);
 
   browser = await launchBrowser();
@@ -527,6 +527,11 @@ describe('the console UI', () => {
       expect(await row.locator('td', { hasText: /#\d+/ }).innerText()).toMatch(new RegExp(`^${id} #\\d+$`));
     }
     await page.getByText(/All 2 connected nodes run version \d+/).waitFor();
+    // The region column and the per-region summary.
+    await table.locator('tr', { hasText: 'ui-e2e-1' }).getByRole('cell', { name: 'eu-west', exact: true }).waitFor();
+    const regions = page.getByTestId('regions');
+    await regions.getByText('eu-west').waitFor();
+    await regions.getByText('no region').waitFor();
     // Live decisions/s: send checks until the page shows a rate above zero.
     await eventually(
       async () => {
