@@ -185,6 +185,7 @@ func BenchmarkAsyncKeys(b *testing.B) {
 				b.ReportMetric(float64(failed.Load())/float64(b.N), "storefail/op")
 				st := e.AsyncStats()
 				b.ReportMetric(float64(st.Local)/float64(b.N), "local/op")
+				b.ReportMetric(float64(st.FlushErrors), "flush-errors")
 				if refused.Load() > 0 {
 					b.Errorf("%d checks refused under a limit never reached", refused.Load())
 				}
