@@ -119,8 +119,8 @@ func WithAsync(r *limiter.Redis, o AsyncOptions) Option {
 }
 
 // AsyncStats reports, since start, how many limits of checks were admitted
-// locally, how many async limits went exact, and how many hits were lost to
-// flushes that never succeeded (their window ended first).
+// locally (Local) and how many async limits of checks went to the store
+// (Exact), and how many flush calls were made and failed.
 type AsyncStats struct {
 	Local, Exact, Flushes, FlushErrors int64
 }
