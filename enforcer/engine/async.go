@@ -46,9 +46,13 @@ package engine
 // Losses: hits admitted but not yet flushed when a node dies (at most its
 // r·(T + d) per key) are never counted: the fleet over-admits by them.
 // Flushes that fail are kept and sent again at the next interval (a
-// window's hits count only while their window lasts), and meanwhile the
-// key's checks go exact, so the store's failure modes (open, closed,
-// local) answer for them as for any limit. A rule change (Apply) retires
+// window's hits count only while their window lasts). A flush that finds
+// Redis unreachable (refused, reset: StoreDown), or an open breaker, makes
+// the key's checks exact at once, so the store's failure modes (open,
+// closed, local) answer for them as for any limit; a flush that times out
+// (Redis slow or frozen) leaves the key deciding locally on its ageing
+// view (the margin grows with its age a) for at most MaxAge, then its
+// checks go exact and the failure modes answer. A rule change (Apply) retires
 // the keys whose limit changed and flushes their pending hits under the
 // old limit at the next interval. Close flushes everything.
 
@@ -115,8 +119,8 @@ func WithAsync(r *limiter.Redis, o AsyncOptions) Option {
 }
 
 // AsyncStats reports, since start, how many limits of checks were admitted
-// locally, how many async limits went exact, and how many hits were lost to
-// flushes that never succeeded (their window ended first).
+// locally (Local) and how many async limits of checks went to the store
+// (Exact), and how many flush calls were made and failed.
 type AsyncStats struct {
 	Local, Exact, Flushes, FlushErrors int64
 }
@@ -353,6 +357,9 @@ func (k *akey) reserve(as *asyncs, hits, nodes int64, now time.Time) (aheld, boo
 	rate := k.observe(hits, now)
 	if k.dead || k.failed || !k.have {
 		return aheld{}, false
+	}
+	if b := as.e.breaker; b != nil && b.State() == breaker.Open {
+		return aheld{}, false // the store is down: the failure modes answer
 	}
 	age := now.Sub(k.knownAt)
 	if age > as.opts.MaxAge {
@@ -592,7 +599,10 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 		k.inflight -= units
 		if ferr != nil {
 			failed = true
-			k.failed = true
+			// Unreachable: the key's checks go exact, and the failure
+			// modes answer. Slow (a timeout): its view keeps ageing, and
+			// the margin grows with it, up to MaxAge.
+			k.failed = k.failed || StoreDown(ferr)
 			// Kept, older than anything pending since, and sent again.
 			k.pending = append(slots[n], k.pending...)
 			if len(k.pending) > maxAsyncSlots {

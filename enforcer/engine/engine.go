@@ -72,6 +72,20 @@
 // enforces its share, min(⌈limit/R⌉, limit − others). The full statement
 // is in region.go.
 //
+// # Async counting
+//
+// A limit whose rule sets consistency: async (WithAsync; the full statement
+// is in async.go) is admitted from the node's local view while the view
+// is far from the limit — Redis's last remaining R minus the node's
+// unflushed hits P, at least M = N·r·(a + T + 2d) + N·h above the
+// check's hits — and every key's hits are flushed each interval T (100 ms)
+// in one pipelined call that also reports the fleet's remaining; near the
+// limit, checks go to Redis. It never under-admits, admits at most the
+// limit under load spread evenly over the nodes, and at most limit +
+// F·(T + d) per window in any case (F the fleet's rate on the key); a node
+// that dies loses its unflushed hits. All five algorithms, not with
+// on_limit: delay.
+//
 // # Inspecting
 //
 // Limits, Inspect and Reset (inspect.go) serve the console's support desk:
