@@ -25,6 +25,7 @@ import (
 type conn struct {
 	ws      *websocket.Conn
 	out     *joinWriter       // under ws's write buffer
+	in      *lastRead         // under ws's read buffer: when the node was last heard
 	tokenID int64             // the node token it authenticated with
 	secret  string            // and that token's secret, checked again (recheck)
 	labels  map[string]string // from hello; never changed
@@ -52,7 +53,6 @@ type conn struct {
 	soft      bool      // only last_seen or rates changed
 	persisted time.Time // when the row was last handed to the store
 	written   bool      // SaveNodes wrote this connection's row
-	heard     time.Time // when the node last sent a message or a pong (for pings)
 	// ranBefore is the version the node ran before it applied its current
 	// one at switchedAt (for stats cohorts).
 	ranBefore  int64
@@ -97,8 +97,15 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 
 // row returns a copy of the node's registry row; caller holds c.mu. The
 // pointer fields are replaced, never modified in place, so sharing them
-// is safe.
-func (c *conn) row() store.Node { return c.node }
+// is safe. Its last_seen is when anything last came from the node, a
+// keepalive ping included.
+func (c *conn) row() store.Node {
+	n := c.node
+	if heard := c.in.heard().UTC(); n.Status == store.NodeConnected && heard.After(n.LastSeen) {
+		n.LastSeen = heard
+	}
+	return n
+}
 
 // Serve upgrades a request authenticated by node token tokenID with secret
 // (as actor)
@@ -130,13 +137,13 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, secre
 	// The connection outlives the handler: a fresh goroutine holds a
 	// shallow stack instead of the HTTP server's and the router's frames,
 	// and the request (headers, router context) can be collected.
-	go h.serve(ws, sb.out, r.RemoteAddr, tokenID, secret, actor)
+	go h.serve(ws, sb.out, sb.in, r.RemoteAddr, tokenID, secret, actor)
 }
 
 // serve runs one accepted node stream until it closes.
-func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, addr string, tokenID int64, secret string, actor store.Actor) {
+func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, in *lastRead, addr string, tokenID int64, secret string, actor store.Actor) {
 	wctx, stopWriter := context.WithCancel(context.Background())
-	c := &conn{ws: ws, out: out, tokenID: tokenID, secret: secret, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
+	c := &conn{ws: ws, out: out, in: in, tokenID: tokenID, secret: secret, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
 	// Armed before anyone else sees c; the first ping comes after the
 	// hello deadline.
 	c.pinger = time.AfterFunc(h.pingInterval, func() { h.ping(c) })
@@ -214,8 +221,7 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
 	}
 	c.mu.Lock() // the pinger may run already
-	c.heard = time.Now()
-	now := c.heard.UTC()
+	now := time.Now().UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
 		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession()}
@@ -387,15 +393,15 @@ func (h *Hub) write(c *conn) {
 }
 
 // ping sends a keepalive ping to a node that sent nothing for
-// pingInterval and waits for its pong (writes go on meanwhile), then arms
-// the next one; a ping that times out drops the node. A node that reports
-// stats every second is never pinged: its messages show it is there. It
-// runs on the pinger timer's goroutine, so a connection holds no goroutine
-// for its keepalive between pings.
+// pingInterval, its keepalive window, and waits for its pong (writes go on
+// meanwhile), then arms the next one; a ping that times out drops the node,
+// which the registry then shows disconnected. A node that pings the console
+// more often than that (enforcer/subscriber pings every 15 s), or reports
+// stats, is never pinged: whatever comes from it shows it is there
+// (lastRead). It runs on the pinger timer's goroutine, so a connection
+// holds no goroutine for its keepalive between pings.
 func (h *Hub) ping(c *conn) {
-	c.mu.Lock()
-	quiet := time.Since(c.heard)
-	c.mu.Unlock()
+	quiet := time.Since(c.in.heard())
 	if quiet < h.pingInterval {
 		c.pinger.Reset(h.pingInterval - quiet)
 		return
@@ -410,11 +416,8 @@ func (h *Hub) ping(c *conn) {
 		c.drop(websocket.StatusGoingAway, "ping failed")
 		return
 	}
-	c.mu.Lock()
-	c.heard = time.Now()
-	c.node.LastSeen = c.heard.UTC()
-	c.soft = true
-	c.mu.Unlock()
+	// The pong was read, so lastRead has its time: last_seen reaches
+	// Postgres with the next heartbeat (heartbeatEvery).
 	c.pinger.Reset(h.pingInterval)
 }
 
@@ -538,8 +541,7 @@ func (h *Hub) decode(c *conn, data []byte) (*wire.Quota, error) {
 func (h *Hub) handle(c *conn, msg any) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.heard = time.Now()
-	now := c.heard.UTC()
+	now := time.Now().UTC()
 	c.node.LastSeen = now
 	c.soft = true
 	switch m := msg.(type) {

@@ -79,13 +79,16 @@ import (
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
-// The keepalive: a node that sent nothing for pingInterval is pinged, and
-// dropped when the pong (or a write) takes writeTimeout. A hub takes them
-// when it is made (New); they are variables only so that tests can shorten
-// them.
+// The keepalive: a node that sent nothing for pingInterval, its keepalive
+// window, is pinged, and dropped when the pong (or a write) takes
+// writeTimeout: a node gone silent shows disconnected at most 30 s later.
+// An idle enforcer pings the console every 15 s
+// (subscriber.DefaultPingInterval), within the window, so the console
+// never pings it. A hub takes them when it is made (New); they are
+// variables only so that tests can shorten them.
 var (
 	writeTimeout = 10 * time.Second
-	pingInterval = 15 * time.Second
+	pingInterval = 20 * time.Second
 	// recheckEvery is how often the node tokens of open connections are
 	// checked again: a token disabled, rotated or expired, or whose owner
 	// lost it (store.FindToken), ends its connection within this time, and
@@ -119,9 +122,10 @@ const (
 	// StaleAfter is how long a row may say "connected" without being
 	// rewritten before it is reported as disconnected.
 	StaleAfter = 60 * time.Second
-	// ratesStaleAfter is how old a node's rates may be before they are not
-	// shown (the node stopped reporting).
-	ratesStaleAfter = 10 * time.Second
+	// ratesIdleAfter is how old a connected node's rates may be before
+	// they read as zero: a node reports every second in which it decided
+	// something, and nothing while idle.
+	ratesIdleAfter = 3 * time.Second
 	// forgetAfter is how long a node that went away stays in the registry.
 	forgetAfter = 7 * 24 * time.Hour
 	// shutdownWait bounds waiting for connections to close at shutdown.

@@ -219,8 +219,9 @@ func (h *Hub) Connected() int {
 // Nodes returns the registry: every node Postgres knows, with the live
 // state of the nodes connected to this replica. A node whose row says
 // connected but that no replica has refreshed within StaleAfter (its
-// replica died) is reported disconnected; rates older than a few seconds
-// are left out.
+// replica died) is reported disconnected; a connected node's rates older
+// than ratesIdleAfter (plus softFlushEvery for another replica's node) are
+// zero: it decided nothing since.
 func (h *Hub) Nodes(ctx context.Context) ([]store.Node, error) {
 	stored, err := h.store.ListNodes(ctx)
 	if err != nil {
@@ -251,8 +252,18 @@ func (h *Hub) Nodes(ctx context.Context) ([]store.Node, error) {
 		if n.Status == store.NodeConnected && now.Sub(n.LastSeen) > StaleAfter {
 			n.Status = store.NodeDisconnected
 		}
-		if n.Status != store.NodeConnected || (n.Rates != nil && now.Sub(n.Rates.At) > ratesStaleAfter) {
+		// A node reports only the intervals in which it decided
+		// something: rates that old mean it is idle since. Another
+		// replica's rows are written every softFlushEvery at most.
+		idle := ratesIdleAfter
+		if n.Console != h.id {
+			idle += softFlushEvery
+		}
+		switch {
+		case n.Status != store.NodeConnected:
 			n.Rates = nil
+		case n.Rates != nil && now.Sub(n.Rates.At) > idle:
+			n.Rates = &store.NodeRates{At: now}
 		}
 	}
 	slices.SortFunc(out, func(a, b store.Node) int { return cmp.Compare(a.ID, b.ID) })
