@@ -32,6 +32,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/internal/serve"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -443,7 +444,10 @@ func BenchmarkPush(b *testing.B) {
 		cctx, ccancel := context.WithCancel(ctx)
 		addrs, done := make(chan net.Addr, 1), make(chan error, 1)
 		go func() {
-			cfg := backend.Config{Listen: listen, DatabaseURL: dbURL, AdminPassword: "bench-password"}
+			// Room for the whole fleet: the default connection cap
+			// (serve.DefaultMaxConns) is below the largest one.
+			cfg := backend.Config{Listen: listen, DatabaseURL: dbURL, AdminPassword: "bench-password",
+				Limits: serve.Limits{MaxConns: 2 * slices.Max(fleetSizes)}}
 			done <- backend.Run(cctx, cfg, slog.New(slog.DiscardHandler), io.Discard, func(a net.Addr) { addrs <- a })
 		}()
 		select {
