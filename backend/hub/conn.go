@@ -33,6 +33,9 @@ type conn struct {
 	// a version is never offered twice on one connection, so a nacked
 	// version is not pushed again in a loop.
 	sent atomic.Int64
+	// tokenChecked: a recheck found its token live (the hub's tokenChecks
+	// then covers it).
+	tokenChecked atomic.Bool
 
 	wmu     sync.Mutex
 	next    *encoded // the latest version offered and not yet written; guarded by wmu
@@ -621,7 +624,7 @@ func wireType(msg any) string {
 }
 
 // recheckLoop checks the tokens of the open connections every
-// recheckEvery until ctx ends.
+// recheckEvery until ctx ends (see recheck: cheap while no token changes).
 func (h *Hub) recheckLoop(ctx context.Context) {
 	tick := time.NewTicker(h.recheckEvery)
 	defer tick.Stop()
@@ -637,16 +640,46 @@ func (h *Hub) recheckLoop(ctx context.Context) {
 	}
 }
 
+// tokenChecks is what recheck knows of the node tokens: the count of
+// token changes (store.AuthChanges) when it last checked every
+// connection, and the earliest expiry among the tokens it found live.
+type tokenChecks struct {
+	mu         sync.Mutex // held through a recheck: one at a time
+	valid      bool       // changes and expires are set
+	changes    int64
+	nextExpiry time.Time // zero: none expires
+}
+
 // recheck closes, with wire.CloseRevoked, every connection whose node
-// token stopped working. One query covers every connection of the replica.
+// token stopped working. Every connection is checked when a token or user
+// change was committed since the last full check (store.AuthChanges) or a
+// token it found live has expired since; otherwise only the connections
+// that opened since are: an idle check is one single-row query, not a
+// read of every node's token. One query covers the connections checked.
 func (h *Hub) recheck(ctx context.Context) error {
+	tc := &h.tokens
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	// Read before the tokens: a change committed after this read is seen
+	// by the next recheck.
+	changes, err := h.store.AuthChanges(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	full := !tc.valid || changes != tc.changes || (!tc.nextExpiry.IsZero() && !now.Before(tc.nextExpiry))
 	h.mu.Lock()
 	conns := make([]*conn, 0, len(h.conns))
 	for _, c := range h.conns {
-		conns = append(conns, c)
+		if full || !c.tokenChecked.Load() {
+			conns = append(conns, c)
+		}
 	}
 	h.mu.Unlock()
 	if len(conns) == 0 {
+		if full {
+			tc.valid, tc.changes, tc.nextExpiry = true, changes, time.Time{}
+		}
 		return nil
 	}
 	secrets := make([]string, 0, len(conns))
@@ -661,11 +694,25 @@ func (h *Hub) recheck(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	next := tc.nextExpiry
+	if full {
+		next = time.Time{}
+	}
 	for _, c := range conns {
-		if t, ok := live[c.secret]; !ok || t.EffectiveRole != store.RoleNode {
+		t, ok := live[c.secret]
+		if !ok || t.EffectiveRole != store.RoleNode {
 			h.log.Info("node token revoked; closing its connection", "node_id", c.node.ID, "token_id", c.tokenID)
 			c.drop(wire.CloseRevoked, "node token revoked")
+			continue
 		}
+		c.tokenChecked.Store(true)
+		if t.ExpiresAt != nil && (next.IsZero() || t.ExpiresAt.Before(next)) {
+			next = *t.ExpiresAt
+		}
+	}
+	tc.nextExpiry = next
+	if full {
+		tc.valid, tc.changes = true, changes
 	}
 	return nil
 }

@@ -154,6 +154,7 @@ type Hub struct {
 	push    atomic.Pointer[plan] // what the nodes should run, as last read
 	gen     atomic.Uint64        // push state reads started
 	pending atomic.Int64         // registry changes since the last flush
+	tokens  tokenChecks          // what recheck knows of the node tokens (conn.go)
 	kick    chan struct{}
 
 	encodes atomic.Int64 // snapshots serialized, for tests
