@@ -44,7 +44,7 @@ type conn struct {
 
 	ctx        context.Context // ends when the connection is dropped: aborts writes and pings
 	stopWriter context.CancelFunc
-	pinger     *time.Timer // the next keepalive ping
+	pinging    atomic.Bool // a keepalive ping is in flight (keepaliveLoop)
 	dropOnce   sync.Once
 	cause      closeError    // why the console closed the connection; set once, before dropped
 	dropped    atomic.Bool   // drop was called
@@ -90,7 +90,6 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 		c.cause = closeError{code: code, reason: wire.Cut(reason, 120)}
 		c.dropped.Store(true)
 		c.stopWriter()
-		c.pinger.Stop()
 		go func() {
 			c.ws.Close(code, c.cause.reason)
 			close(c.closed)
@@ -147,9 +146,6 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, secre
 func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, in *lastRead, addr string, tokenID int64, secret string, actor store.Actor) {
 	wctx, stopWriter := context.WithCancel(context.Background())
 	c := &conn{ws: ws, out: out, in: in, tokenID: tokenID, secret: secret, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
-	// Armed before anyone else sees c; the first ping comes after the
-	// hello deadline.
-	c.pinger = time.AfterFunc(h.pingInterval, func() { h.ping(c) })
 
 	if err := h.open(c, addr, tokenID, actor); err != nil {
 		h.finish(c, addr, err)
@@ -223,7 +219,7 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 		h.log.Error("load the ruleset a node runs", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "error", err)
 		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
 	}
-	c.mu.Lock() // the pinger may run already
+	c.mu.Lock()
 	now := time.Now().UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
@@ -395,33 +391,52 @@ func (h *Hub) write(c *conn) {
 	}
 }
 
-// ping sends a keepalive ping to a node that sent nothing for
-// pingInterval, its keepalive window, and waits for its pong (writes go on
-// meanwhile), then arms the next one; a ping that times out drops the node,
-// which the registry then shows disconnected. A node that pings the console
-// more often than that (enforcer/subscriber pings every 15 s), or reports
-// stats, is never pinged: whatever comes from it shows it is there
-// (lastRead). It runs on the pinger timer's goroutine, so a connection
-// holds no goroutine for its keepalive between pings.
-func (h *Hub) ping(c *conn) {
-	quiet := time.Since(c.in.heard())
-	if quiet < h.pingInterval {
-		c.pinger.Reset(h.pingInterval - quiet)
-		return
+// keepaliveLoop pings, every tick, the registered nodes that sent nothing
+// for pingInterval, their keepalive window, until ctx ends. One ticker
+// serves every connection: a node that pings the console more often than
+// that (enforcer/subscriber pings every 15 s), or reports stats, costs it
+// one atomic load a tick, and holds no timer.
+func (h *Hub) keepaliveLoop(ctx context.Context) {
+	tick := time.NewTicker(min(time.Second, h.pingInterval/4))
+	defer tick.Stop()
+	var quiet []*conn
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		since := time.Now().Add(-h.pingInterval).UnixNano()
+		quiet = quiet[:0]
+		h.mu.Lock()
+		for _, c := range h.conns {
+			if c.in.at.Load() <= since && !c.pinging.Load() {
+				quiet = append(quiet, c)
+			}
+		}
+		h.mu.Unlock()
+		for _, c := range quiet {
+			c.pinging.Store(true)
+			go h.ping(c)
+		}
+		clear(quiet) // holds no connection until the next tick
 	}
+}
+
+// ping sends a keepalive ping to a node that was silent for its keepalive
+// window and waits for its pong (writes go on meanwhile); a ping that
+// times out drops the node, which the registry then shows disconnected
+// (at most pingInterval + writeTimeout after it went silent). The pong is
+// read like any frame, so lastRead has its time: last_seen reaches
+// Postgres with the next heartbeat (heartbeatEvery).
+func (h *Hub) ping(c *conn) {
+	defer c.pinging.Store(false)
 	deadline := time.AfterFunc(h.writeTimeout, func() { c.drop(websocket.StatusGoingAway, "ping timed out") })
 	err := c.ws.Ping(c.ctx)
 	deadline.Stop()
-	if c.ctx.Err() != nil {
-		return // dropped
-	}
-	if err != nil {
+	if err != nil && c.ctx.Err() == nil {
 		c.drop(websocket.StatusGoingAway, "ping failed")
-		return
 	}
-	// The pong was read, so lastRead has its time: last_seen reaches
-	// Postgres with the next heartbeat (heartbeatEvery).
-	c.pinger.Reset(h.pingInterval)
 }
 
 // readBuffers hold node messages while they are decoded: a connection

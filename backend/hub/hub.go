@@ -24,11 +24,11 @@
 // HTTP handler's deep stack, plus the websocket library's own timeout
 // goroutine. Nothing else waits per node: a snapshot is written by a
 // short-lived goroutine started when one is offered (only the latest
-// offered version is kept; older ones not yet written are skipped), and the
-// keepalive ping is a timer. Nothing waits on a node either: a node whose
-// writes or pings time out, or that is offered behindLimit versions while
-// one write to it is stuck, is dropped and catches up with a full snapshot
-// when it reconnects. A snapshot is serialized once per version and the
+// offered version is kept; older ones not yet written are skipped), and one
+// ticker pings the nodes that went silent. Nothing waits on a node either:
+// a node whose writes or pings time out, or that is offered behindLimit
+// versions while one write to it is stuck, is dropped and catches up with a
+// full snapshot when it reconnects. A snapshot is serialized once per version and the
 // same bytes go to every node. The compression extension is not negotiated
 // (it would cost a compressor per connection), and the plan a connecting
 // node needs is read from Postgres once per wave of reconnects, not once per
@@ -239,6 +239,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	bg.Go(func() { h.watchRollouts(ctx) })
 	bg.Go(func() { h.expireOverrides(ctx) })
 	bg.Go(func() { h.recheckLoop(ctx) })
+	bg.Go(func() { h.keepaliveLoop(ctx) })
 	// The decoders outlive the connections: they stop after the last
 	// read loop ended.
 	for range runtime.GOMAXPROCS(0) {
