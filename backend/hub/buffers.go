@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Buffer sizes of a node connection, held for its life. Node messages
@@ -26,6 +28,7 @@ const (
 type smallBuffers struct {
 	http.ResponseWriter
 	out *joinWriter
+	in  *lastRead // under the library's read buffer, set by Hijack
 }
 
 // WriteHeaderNow makes the library send the handshake response through
@@ -56,17 +59,21 @@ func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// The library resets the reader onto the connection, keeping only
 	// what is buffered: the bytes read ahead must be in the new buffer.
 	n := brw.Reader.Buffered()
-	br := bufio.NewReaderSize(nc, readBufferSize)
+	w.in = &lastRead{Conn: nc}
+	w.in.at.Store(time.Now().UnixNano())
+	br := bufio.NewReaderSize(w.in, readBufferSize)
 	if n > 0 { // the node's hello often comes with the handshake
 		ahead, _ := brw.Reader.Peek(n)
-		br = bufio.NewReaderSize(&aheadReader{ahead: bytes.Clone(ahead), Conn: nc}, max(readBufferSize, n))
+		br = bufio.NewReaderSize(&aheadReader{ahead: bytes.Clone(ahead), Conn: w.in}, max(readBufferSize, n))
 		if _, err := br.Peek(n); err != nil {
 			nc.Close()
 			return nil, nil, err
 		}
 	}
 	w.out = &joinWriter{Conn: nc}
-	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, writeBufferSize)), nil
+	// The library reads from the connection it is given (past the bytes
+	// buffered), so that is lastRead.
+	return w.in, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, writeBufferSize)), nil
 }
 
 // joinWriter is what the websocket library's write buffer flushes to. A
@@ -153,3 +160,24 @@ func (r *aheadReader) Read(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// lastRead is what the websocket library's read buffer reads from: it
+// notes when bytes last came from the node. Any frame (a message, or the
+// keepalive ping an idle node sends and the library answers by itself)
+// shows the node is there, so the console needs no ping of its own while
+// a node pings it, and no per-message timestamp or timer.
+type lastRead struct {
+	net.Conn
+	at atomic.Int64 // unix nanoseconds
+}
+
+func (r *lastRead) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	if n > 0 {
+		r.at.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// heard returns when bytes last came from the node.
+func (r *lastRead) heard() time.Time { return time.Unix(0, r.at.Load()) }

@@ -25,6 +25,7 @@ import (
 type conn struct {
 	ws      *websocket.Conn
 	out     *joinWriter       // under ws's write buffer
+	in      *lastRead         // under ws's read buffer: when the node was last heard
 	tokenID int64             // the node token it authenticated with
 	secret  string            // and that token's secret, checked again (recheck)
 	labels  map[string]string // from hello; never changed
@@ -33,6 +34,9 @@ type conn struct {
 	// a version is never offered twice on one connection, so a nacked
 	// version is not pushed again in a loop.
 	sent atomic.Int64
+	// tokenChecked: a recheck found its token live (the hub's tokenChecks
+	// then covers it).
+	tokenChecked atomic.Bool
 
 	wmu     sync.Mutex
 	next    *encoded // the latest version offered and not yet written; guarded by wmu
@@ -41,7 +45,7 @@ type conn struct {
 
 	ctx        context.Context // ends when the connection is dropped: aborts writes and pings
 	stopWriter context.CancelFunc
-	pinger     *time.Timer // the next keepalive ping
+	pinging    atomic.Bool // a keepalive ping is in flight (keepaliveLoop)
 	dropOnce   sync.Once
 	cause      closeError    // why the console closed the connection; set once, before dropped
 	dropped    atomic.Bool   // drop was called
@@ -53,7 +57,6 @@ type conn struct {
 	soft      bool      // only last_seen or rates changed
 	persisted time.Time // when the row was last handed to the store
 	written   bool      // SaveNodes wrote this connection's row
-	heard     time.Time // when the node last sent a message or a pong (for pings)
 	// ranBefore is the version the node ran before it applied its current
 	// one at switchedAt (for stats cohorts).
 	ranBefore  int64
@@ -88,7 +91,6 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 		c.cause = closeError{code: code, reason: wire.Cut(reason, 120)}
 		c.dropped.Store(true)
 		c.stopWriter()
-		c.pinger.Stop()
 		go func() {
 			c.ws.Close(code, c.cause.reason)
 			close(c.closed)
@@ -98,8 +100,15 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 
 // row returns a copy of the node's registry row; caller holds c.mu. The
 // pointer fields are replaced, never modified in place, so sharing them
-// is safe.
-func (c *conn) row() store.Node { return c.node }
+// is safe. Its last_seen is when anything last came from the node, a
+// keepalive ping included.
+func (c *conn) row() store.Node {
+	n := c.node
+	if heard := c.in.heard().UTC(); n.Status == store.NodeConnected && heard.After(n.LastSeen) {
+		n.LastSeen = heard
+	}
+	return n
+}
 
 // Serve upgrades a request authenticated by node token tokenID with secret
 // (as actor)
@@ -131,16 +140,13 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, secre
 	// The connection outlives the handler: a fresh goroutine holds a
 	// shallow stack instead of the HTTP server's and the router's frames,
 	// and the request (headers, router context) can be collected.
-	go h.serve(ws, sb.out, r.RemoteAddr, tokenID, secret, actor)
+	go h.serve(ws, sb.out, sb.in, r.RemoteAddr, tokenID, secret, actor)
 }
 
 // serve runs one accepted node stream until it closes.
-func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, addr string, tokenID int64, secret string, actor store.Actor) {
+func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, in *lastRead, addr string, tokenID int64, secret string, actor store.Actor) {
 	wctx, stopWriter := context.WithCancel(context.Background())
-	c := &conn{ws: ws, out: out, tokenID: tokenID, secret: secret, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
-	// Armed before anyone else sees c; the first ping comes after the
-	// hello deadline.
-	c.pinger = time.AfterFunc(h.pingInterval, func() { h.ping(c) })
+	c := &conn{ws: ws, out: out, in: in, tokenID: tokenID, secret: secret, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
 
 	if err := h.open(c, addr, tokenID, actor); err != nil {
 		h.finish(c, addr, err)
@@ -203,9 +209,8 @@ func (h *Hub) open(c *conn, addr string, tokenID int64, actor store.Actor) error
 		h.log.Error("load the ruleset a node runs", "node_id", hello.NodeID, "applied_version", hello.AppliedVersion, "error", err)
 		return closeError{code: websocket.StatusTryAgainLater, reason: "console cannot read the ruleset"}
 	}
-	c.mu.Lock() // the pinger may run already
-	c.heard = time.Now()
-	now := c.heard.UTC()
+	c.mu.Lock()
+	now := time.Now().UTC()
 	c.node = store.Node{ID: hello.NodeID, AppliedVersion: hello.AppliedVersion, Status: store.NodeConnected,
 		Labels: hello.Labels, Region: hello.Region, Build: hello.Build, Address: addr, Protocol: hello.Protocol,
 		ConnectedSince: &now, LastSeen: now, Console: h.id, Session: newSession(), Kind: store.NodeSluice, TokenID: &tok.ID, TokenName: &tok.Name}
@@ -406,36 +411,52 @@ func (h *Hub) write(c *conn) {
 	}
 }
 
-// ping sends a keepalive ping to a node that sent nothing for
-// pingInterval and waits for its pong (writes go on meanwhile), then arms
-// the next one; a ping that times out drops the node. A node that reports
-// stats every second is never pinged: its messages show it is there. It
-// runs on the pinger timer's goroutine, so a connection holds no goroutine
-// for its keepalive between pings.
-func (h *Hub) ping(c *conn) {
-	c.mu.Lock()
-	quiet := time.Since(c.heard)
-	c.mu.Unlock()
-	if quiet < h.pingInterval {
-		c.pinger.Reset(h.pingInterval - quiet)
-		return
+// keepaliveLoop pings, every tick, the registered nodes that sent nothing
+// for pingInterval, their keepalive window, until ctx ends. One ticker
+// serves every connection: a node that pings the console more often than
+// that (enforcer/subscriber pings every 15 s), or reports stats, costs it
+// one atomic load a tick, and holds no timer.
+func (h *Hub) keepaliveLoop(ctx context.Context) {
+	tick := time.NewTicker(min(time.Second, h.pingInterval/4))
+	defer tick.Stop()
+	var quiet []*conn
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		since := time.Now().Add(-h.pingInterval).UnixNano()
+		quiet = quiet[:0]
+		h.mu.Lock()
+		for _, c := range h.conns {
+			if c.in.at.Load() <= since && !c.pinging.Load() {
+				quiet = append(quiet, c)
+			}
+		}
+		h.mu.Unlock()
+		for _, c := range quiet {
+			c.pinging.Store(true)
+			go h.ping(c)
+		}
+		clear(quiet) // holds no connection until the next tick
 	}
+}
+
+// ping sends a keepalive ping to a node that was silent for its keepalive
+// window and waits for its pong (writes go on meanwhile); a ping that
+// times out drops the node, which the registry then shows disconnected
+// (at most pingInterval + writeTimeout after it went silent). The pong is
+// read like any frame, so lastRead has its time: last_seen reaches
+// Postgres with the next heartbeat (heartbeatEvery).
+func (h *Hub) ping(c *conn) {
+	defer c.pinging.Store(false)
 	deadline := time.AfterFunc(h.writeTimeout, func() { c.drop(websocket.StatusGoingAway, "ping timed out") })
 	err := c.ws.Ping(c.ctx)
 	deadline.Stop()
-	if c.ctx.Err() != nil {
-		return // dropped
-	}
-	if err != nil {
+	if err != nil && c.ctx.Err() == nil {
 		c.drop(websocket.StatusGoingAway, "ping failed")
-		return
 	}
-	c.mu.Lock()
-	c.heard = time.Now()
-	c.node.LastSeen = c.heard.UTC()
-	c.soft = true
-	c.mu.Unlock()
-	c.pinger.Reset(h.pingInterval)
 }
 
 // readBuffers hold node messages while they are decoded: a connection
@@ -558,8 +579,7 @@ func (h *Hub) decode(c *conn, data []byte) (*wire.Quota, error) {
 func (h *Hub) handle(c *conn, msg any) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.heard = time.Now()
-	now := c.heard.UTC()
+	now := time.Now().UTC()
 	c.node.LastSeen = now
 	c.soft = true
 	switch m := msg.(type) {
@@ -639,7 +659,7 @@ func wireType(msg any) string {
 }
 
 // recheckLoop checks the tokens of the open connections every
-// recheckEvery until ctx ends.
+// recheckEvery until ctx ends (see recheck: cheap while no token changes).
 func (h *Hub) recheckLoop(ctx context.Context) {
 	tick := time.NewTicker(h.recheckEvery)
 	defer tick.Stop()
@@ -655,16 +675,46 @@ func (h *Hub) recheckLoop(ctx context.Context) {
 	}
 }
 
+// tokenChecks is what recheck knows of the node tokens: the count of
+// token changes (store.AuthChanges) when it last checked every
+// connection, and the earliest expiry among the tokens it found live.
+type tokenChecks struct {
+	mu         sync.Mutex // held through a recheck: one at a time
+	valid      bool       // changes and expires are set
+	changes    int64
+	nextExpiry time.Time // zero: none expires
+}
+
 // recheck closes, with wire.CloseRevoked, every connection whose node
-// token stopped working. One query covers every connection of the replica.
+// token stopped working. Every connection is checked when a token or user
+// change was committed since the last full check (store.AuthChanges) or a
+// token it found live has expired since; otherwise only the connections
+// that opened since are: an idle check is one single-row query, not a
+// read of every node's token. One query covers the connections checked.
 func (h *Hub) recheck(ctx context.Context) error {
+	tc := &h.tokens
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	// Read before the tokens: a change committed after this read is seen
+	// by the next recheck.
+	changes, err := h.store.AuthChanges(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	full := !tc.valid || changes != tc.changes || (!tc.nextExpiry.IsZero() && !now.Before(tc.nextExpiry))
 	h.mu.Lock()
 	conns := make([]*conn, 0, len(h.conns))
 	for _, c := range h.conns {
-		conns = append(conns, c)
+		if full || !c.tokenChecked.Load() {
+			conns = append(conns, c)
+		}
 	}
 	h.mu.Unlock()
 	if len(conns) == 0 {
+		if full {
+			tc.valid, tc.changes, tc.nextExpiry = true, changes, time.Time{}
+		}
 		return nil
 	}
 	secrets := make([]string, 0, len(conns))
@@ -679,11 +729,25 @@ func (h *Hub) recheck(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	next := tc.nextExpiry
+	if full {
+		next = time.Time{}
+	}
 	for _, c := range conns {
-		if t, ok := live[c.secret]; !ok || t.EffectiveRole != store.RoleNode {
+		t, ok := live[c.secret]
+		if !ok || t.EffectiveRole != store.RoleNode {
 			h.log.Info("node token revoked; closing its connection", "node_id", c.node.ID, "token_id", c.tokenID)
 			c.drop(wire.CloseRevoked, "node token revoked")
+			continue
 		}
+		c.tokenChecked.Store(true)
+		if t.ExpiresAt != nil && (next.IsZero() || t.ExpiresAt.Before(next)) {
+			next = *t.ExpiresAt
+		}
+	}
+	tc.nextExpiry = next
+	if full {
+		tc.valid, tc.changes = true, changes
 	}
 	return nil
 }

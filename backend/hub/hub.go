@@ -24,11 +24,11 @@
 // HTTP handler's deep stack, plus the websocket library's own timeout
 // goroutine. Nothing else waits per node: a snapshot is written by a
 // short-lived goroutine started when one is offered (only the latest
-// offered version is kept; older ones not yet written are skipped), and the
-// keepalive ping is a timer. Nothing waits on a node either: a node whose
-// writes or pings time out, or that is offered behindLimit versions while
-// one write to it is stuck, is dropped and catches up with a full snapshot
-// when it reconnects. A snapshot is serialized once per version and the
+// offered version is kept; older ones not yet written are skipped), and one
+// ticker pings the nodes that went silent. Nothing waits on a node either:
+// a node whose writes or pings time out, or that is offered behindLimit
+// versions while one write to it is stuck, is dropped and catches up with a
+// full snapshot when it reconnects. A snapshot is serialized once per version and the
 // same bytes go to every node. The compression extension is not negotiated
 // (it would cost a compressor per connection), and the plan a connecting
 // node needs is read from Postgres once per wave of reconnects, not once per
@@ -79,13 +79,16 @@ import (
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
-// The keepalive: a node that sent nothing for pingInterval is pinged, and
-// dropped when the pong (or a write) takes writeTimeout. A hub takes them
-// when it is made (New); they are variables only so that tests can shorten
-// them.
+// The keepalive: a node that sent nothing for pingInterval, its keepalive
+// window, is pinged, and dropped when the pong (or a write) takes
+// writeTimeout: a node gone silent shows disconnected at most 30 s later.
+// An idle enforcer pings the console every 15 s
+// (subscriber.DefaultPingInterval), within the window, so the console
+// never pings it. A hub takes them when it is made (New); they are
+// variables only so that tests can shorten them.
 var (
 	writeTimeout = 10 * time.Second
-	pingInterval = 15 * time.Second
+	pingInterval = 20 * time.Second
 	// recheckEvery is how often the node tokens of open connections are
 	// checked again: a token disabled, rotated or expired, or whose owner
 	// lost it (store.FindToken), ends its connection within this time, and
@@ -119,9 +122,10 @@ const (
 	// StaleAfter is how long a row may say "connected" without being
 	// rewritten before it is reported as disconnected.
 	StaleAfter = 60 * time.Second
-	// ratesStaleAfter is how old a node's rates may be before they are not
-	// shown (the node stopped reporting).
-	ratesStaleAfter = 10 * time.Second
+	// ratesIdleAfter is how old a connected node's rates may be before
+	// they read as zero: a node reports every second in which it decided
+	// something, and nothing while idle.
+	ratesIdleAfter = 3 * time.Second
 	// forgetAfter is how long a node that went away stays in the registry.
 	forgetAfter = 7 * 24 * time.Hour
 	// shutdownWait bounds waiting for connections to close at shutdown.
@@ -150,6 +154,7 @@ type Hub struct {
 	push    atomic.Pointer[plan] // what the nodes should run, as last read
 	gen     atomic.Uint64        // push state reads started
 	pending atomic.Int64         // registry changes since the last flush
+	tokens  tokenChecks          // what recheck knows of the node tokens (conn.go)
 	kick    chan struct{}
 
 	encodes atomic.Int64 // snapshots serialized, for tests
@@ -244,6 +249,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	bg.Go(func() { h.watchRollouts(ctx) })
 	bg.Go(func() { h.expireOverrides(ctx) })
 	bg.Go(func() { h.recheckLoop(ctx) })
+	bg.Go(func() { h.keepaliveLoop(ctx) })
 	// The decoders outlive the connections: they stop after the last
 	// read loop ended.
 	for range runtime.GOMAXPROCS(0) {

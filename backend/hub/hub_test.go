@@ -265,8 +265,10 @@ func TestSlowNodeDropped(t *testing.T) {
 
 // TestKeepalive checks that the console pings only quiet nodes: a node
 // that neither reads (so never answers a ping) nor writes is dropped after
-// the ping interval and timeout, and one that never reads but sends stats
-// stays, as its messages show it is alive.
+// its keepalive window and the ping timeout and shows disconnected, while
+// one that never reads but sends stats stays, as its messages show it is
+// alive, and so does an idle one that sends nothing but its own keepalive
+// pings (as enforcer/subscriber does), with a last_seen that follows them.
 func TestKeepalive(t *testing.T) {
 	// Not parallel: it sets the hub's keepalive, a package variable.
 	e := newEnv(t)
@@ -274,9 +276,11 @@ func TestKeepalive(t *testing.T) {
 	c := e.startConsole()
 	mute := e.connectSilent(c.url, wire.Hello{NodeID: "mute"})
 	talker := e.connectSilent(c.url, wire.Hello{NodeID: "talker"})
+	idle := e.connect(c.url, wire.Hello{NodeID: "idle"}) // reads, so its pings get their pongs
 	stats, _ := json.Marshal(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000})
 	stop := make(chan struct{})
 	talking := make(chan struct{})
+	pings := make(chan error, 1)
 	go func() {
 		defer close(talking)
 		for {
@@ -285,15 +289,36 @@ func TestKeepalive(t *testing.T) {
 				return
 			case <-time.After(50 * time.Millisecond):
 				talker.sendRawLenient(stats)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if err := idle.ws.Ping(ctx); err != nil {
+					select {
+					case pings <- err:
+					default:
+					}
+				}
+				cancel()
 			}
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-talking })
 	_ = mute
 	waitFor(t, "the mute node dropped", func() bool { return e.nodes(c.url)["mute"].Status == "disconnected" })
-	// Ten ping intervals: a ping to the talker would have gone unanswered.
+	// Ten keepalive windows: a ping to the talker would have gone
+	// unanswered, and the idle node would have been dropped had its pings
+	// not counted.
 	time.Sleep(2 * time.Second)
-	if got := e.nodes(c.url)["talker"].Status; got != "connected" {
-		t.Fatalf("the node sending stats is %q, want connected", got)
+	nodes := e.nodes(c.url)
+	for _, id := range []string{"talker", "idle"} {
+		if got := nodes[id].Status; got != "connected" {
+			t.Errorf("node %s is %q, want connected", id, got)
+		}
+	}
+	if seen := time.Since(nodes["idle"].LastSeen); seen > time.Second {
+		t.Errorf("the idle node was last seen %v ago, want its last ping (50 ms)", seen)
+	}
+	select {
+	case err := <-pings:
+		t.Errorf("the idle node's ping: %v", err)
+	default:
 	}
 }

@@ -11,19 +11,26 @@ import (
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
-// flushLoop writes the registry every flushInterval, or when kicked, and
-// forgets long-gone nodes hourly, until ctx ends.
+// flushLoop writes the registry every flushInterval while changes are
+// pending (or when kicked), every second otherwise (last_seen, rates and
+// heartbeats: softFlushEvery and heartbeatEvery are seconds apart, and a
+// flush looks at every connection, a sixth of an idle fleet's cost at four
+// a second), and forgets long-gone nodes hourly, until ctx ends.
 func (h *Hub) flushLoop(ctx context.Context) {
 	tick := time.NewTicker(flushInterval)
 	defer tick.Stop()
 	prune := time.NewTicker(time.Hour)
 	defer prune.Stop()
 	failing := false
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			if h.pending.Load() == 0 && time.Since(last) < time.Second {
+				continue
+			}
 		case <-h.kick:
 		case <-prune.C:
 			if n, err := h.store.DeleteNodesSeenBefore(ctx, time.Now().Add(-forgetAfter)); err != nil {
@@ -33,8 +40,9 @@ func (h *Hub) flushLoop(ctx context.Context) {
 			}
 			continue
 		}
+		last = time.Now()
 		// Log a failing database once, not four times a second.
-		switch err := h.flush(ctx, time.Now()); {
+		switch err := h.flush(ctx, last); {
 		case err != nil && !failing && ctx.Err() == nil:
 			h.log.Error("write node registry; will retry", "error", err)
 			failing = true
@@ -255,8 +263,9 @@ func (h *Hub) connectedRegions() int {
 // Nodes returns the registry: every node Postgres knows, with the live
 // state of the nodes connected to this replica. A node whose row says
 // connected but that no replica has refreshed within StaleAfter (its
-// replica died) is reported disconnected; rates older than a few seconds
-// are left out.
+// replica died) is reported disconnected; a connected node's rates older
+// than ratesIdleAfter (plus softFlushEvery for another replica's node) are
+// zero: it decided nothing since.
 func (h *Hub) Nodes(ctx context.Context) ([]store.Node, error) {
 	stored, err := h.store.ListNodes(ctx)
 	if err != nil {
@@ -287,8 +296,18 @@ func (h *Hub) Nodes(ctx context.Context) ([]store.Node, error) {
 		if n.Status == store.NodeConnected && now.Sub(n.LastSeen) > StaleAfter {
 			n.Status = store.NodeDisconnected
 		}
-		if n.Status != store.NodeConnected || (n.Rates != nil && now.Sub(n.Rates.At) > ratesStaleAfter) {
+		// A node reports only the intervals in which it decided
+		// something: rates that old mean it is idle since. Another
+		// replica's rows are written every softFlushEvery at most.
+		idle := ratesIdleAfter
+		if n.Console != h.id {
+			idle += softFlushEvery
+		}
+		switch {
+		case n.Status != store.NodeConnected:
 			n.Rates = nil
+		case n.Rates != nil && now.Sub(n.Rates.At) > idle:
+			n.Rates = &store.NodeRates{At: now}
 		}
 	}
 	slices.SortFunc(out, func(a, b store.Node) int { return cmp.Compare(a.ID, b.ID) })

@@ -4,6 +4,7 @@ package hub_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -65,6 +66,56 @@ func TestRevokedNodeTokenClosed(t *testing.T) {
 	v3 := e.publish("api", domainYAML("api", 30))
 	if snap := nodes["kept"].snapshot(); snap.Version != v3 {
 		t.Fatalf("kept: snapshot %d, want %d", snap.Version, v3)
+	}
+}
+
+// TestNodeTokenExpiryAndSQLChangesSeen: the periodic check reads every
+// node's token only after a token or user change (or an expiry it knows
+// of): a token that expires closes its connection, a connection opened
+// after the last full check is checked too, and a change made through SQL
+// (as by another replica or an admin's script) is seen.
+func TestNodeTokenExpiryAndSQLChangesSeen(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.startConsole()
+	v1 := e.publish("api", domainYAML("api", 10))
+	ctx := context.Background()
+	sys := store.Actor{Name: "test"}
+	kept := e.connect(c.url, wire.Hello{NodeID: "kept"})
+	kept.snapshot()
+	// Its expiry is learnt by the check of the connections opened since
+	// the last full one (or by a full one, whichever runs first).
+	soon := time.Now().Add(2 * time.Second)
+	_, expiring, err := e.st.CreateToken(ctx, "node expiring", store.RoleNode, &soon, sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tokens["expiring"] = expiring
+	exp := e.connect(c.url, wire.Hello{NodeID: "expiring"})
+	if snap := exp.snapshot(); snap.Version != v1 {
+		t.Fatalf("expiring: snapshot %d, want %d", snap.Version, v1)
+	}
+	assertRevoked(t, "expiring", exp)
+
+	tok, sqlTok, err := e.st.CreateToken(ctx, "node sql", store.RoleNode, nil, sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tokens["sql"] = sqlTok
+	viaSQL := e.connect(c.url, wire.Hello{NodeID: "sql"})
+	viaSQL.snapshot()
+	db, err := sql.Open("pgx", e.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "UPDATE api_tokens SET disabled = true WHERE id = $1", tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertRevoked(t, "sql", viaSQL)
+	v2 := e.publish("api", domainYAML("api", 20))
+	if snap := kept.snapshot(); snap.Version != v2 {
+		t.Fatalf("kept: snapshot %d, want %d", snap.Version, v2)
 	}
 }
 

@@ -362,6 +362,18 @@ func (s *Store) LiveTokens(ctx context.Context, secrets []string) (map[string]To
 	return out, nil
 }
 
+// AuthChanges returns how many committed statements may have revoked a
+// token (migration 0021: a token disabled, rotated, re-scoped or deleted,
+// its owner disabled or given another role). While it stays the same, the
+// tokens LiveTokens found live still are, until they expire.
+func (s *Store) AuthChanges(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.sql.QueryRowContext(ctx, "SELECT n FROM auth_changes").Scan(&n); err != nil {
+		return 0, fmt.Errorf("read token changes: %w", err)
+	}
+	return n, nil
+}
+
 // ListTokens returns every token (never a secret), newest first.
 func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
 	db := s.db.WithContext(ctx)

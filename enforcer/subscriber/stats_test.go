@@ -58,6 +58,52 @@ func TestSubscribeSendsStats(t *testing.T) {
 	}
 }
 
+// TestIdleNodeSendsNoStats checks that intervals in which the node decided
+// nothing send nothing, and that the first report after them covers one
+// interval with every decision counted: nothing is lost when traffic
+// resumes, and the console's rates for it stay right.
+func TestIdleNodeSendsNoStats(t *testing.T) {
+	t.Parallel()
+	c := newConsole(t)
+	const interval = 20 * time.Millisecond
+	var calls atomic.Int64
+	sub, err := subscriber.New(subscriber.Config{
+		ConsoleURL: c.srv.URL, NodeToken: token, NodeID: "node-1",
+		StatsInterval: interval,
+		StatsSource: func() []wire.RuleStats {
+			// Decisions in the first interval, then none for nine,
+			// then decisions in every one.
+			if n := calls.Add(1); n == 1 || n > 10 {
+				return []wire.RuleStats{{Domain: "api", Rule: "per-key", Allowed: n}}
+			}
+			return nil
+		},
+	}, engine.New(nil, ""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	cc := c.accept()
+	for _, want := range []int64{1, 11, 12} {
+		st, ok := cc.recv().(*wire.Stats)
+		if !ok {
+			t.Fatal("want stats")
+		}
+		if len(st.Rules) != 1 || st.Rules[0].Allowed != want {
+			t.Fatalf("report %+v, want the counts of call %d (the idle calls sent nothing)", st, want)
+		}
+		// One interval, not the idle ones before it (scheduling may
+		// stretch it on a loaded machine, never to the nine idle ones).
+		if got := time.Duration(st.IntervalMS) * time.Millisecond; got > 5*interval {
+			t.Errorf("report of call %d covers %v, want about %v", want, got, interval)
+		}
+	}
+}
+
 func TestEncodeStatsFitsLimits(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("v", 300)

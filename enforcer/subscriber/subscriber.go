@@ -1,7 +1,9 @@
 // Package subscriber keeps an enforcer's ruleset in step with the console:
 // it holds the node's websocket subscription (/api/v1/nodes/stream), applies
 // each snapshot the console pushes to the engine atomically, answers with an
-// ack or a nack, reports decision stats every second, and keeps the last
+// ack or a nack, reports decision stats every second in which it decided
+// something (an idle node sends nothing but a keepalive ping every
+// PingInterval), and keeps the last
 // applied snapshot on disk so that a node restarted while the console is
 // down enforces at once.
 //
@@ -96,13 +98,17 @@ type Config struct {
 	// nothing is persisted.
 	StateDir string
 
-	// PingInterval is the keepalive period (DefaultPingInterval when zero).
+	// PingInterval is the keepalive period (DefaultPingInterval when zero):
+	// the node pings the console that often, and the console counts a
+	// node that sends nothing, not even a ping, for longer than its
+	// keepalive window as gone (it pings it, then drops it).
 	PingInterval time.Duration
 	// MinBackoff and MaxBackoff bound the reconnect delay (exponential with
 	// full jitter; defaults DefaultMinBackoff and DefaultMaxBackoff).
 	MinBackoff, MaxBackoff time.Duration
-	// StatsSource, when set, is reported to the console every
-	// StatsInterval (DefaultStatsInterval when zero).
+	// StatsSource, when set, is drained every StatsInterval
+	// (DefaultStatsInterval when zero) and reported to the console when it
+	// (or PreviewSource) returned something.
 	StatsSource   StatsSource
 	StatsInterval time.Duration
 	// PreviewSource, when set, adds the impact preview's ended spans to
@@ -504,7 +510,11 @@ func (s *Subscriber) keepalive(ctx context.Context, conn *websocket.Conn) {
 }
 
 // reportStats sends the StatsSource's counts every StatsInterval until ctx
-// ends. A failed send closes the connection, which ends the session.
+// ends. An interval in which the node decided nothing sends nothing: an
+// idle node costs the console only its keepalive pings, and the next
+// report still covers one interval (the source is drained every
+// interval), so the console's per-second series and the node's rates stay
+// exact. A failed send closes the connection, which ends the session.
 func (s *Subscriber) reportStats(ctx context.Context, conn *websocket.Conn) {
 	t := time.NewTicker(s.cfg.StatsInterval)
 	defer t.Stop()
@@ -514,7 +524,11 @@ func (s *Subscriber) reportStats(ctx context.Context, conn *websocket.Conn) {
 			return
 		case <-t.C:
 		}
-		data, err := encodeStats(s.stats())
+		st := s.stats()
+		if len(st.Rules) == 0 && len(st.Preview) == 0 {
+			continue
+		}
+		data, err := encodeStats(st)
 		if err == nil {
 			wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 			err = conn.Write(wctx, websocket.MessageText, data)
