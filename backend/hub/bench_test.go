@@ -32,6 +32,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/internal/serve"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -75,17 +76,34 @@ func runFleet(n int, baseURL, tokenFile string) int {
 		v.(*atomic.Int64).Add(1)
 	}
 	sem := make(chan struct{}, 32) // the first connections: a few at a time
+	var dialing sync.WaitGroup
+	var failed atomic.Bool
 	for i := range n {
 		sem <- struct{}{}
-		attempted()
-		ws, _, err := dialWS(ctx, baseURL, tokens[i])
-		<-sem
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "node %d: dial: %v\n", i, err)
+		if failed.Load() {
 			return 1
 		}
-		id := fmt.Sprintf("bench-%05d", i)
+		dialing.Add(1)
 		go func() {
+			var ws *websocket.Conn
+			var err error
+			// A loaded machine may drop a handshake: retry a few times
+			// before giving up on the fleet.
+			for try := range 5 {
+				attempted()
+				if ws, _, err = dialWS(ctx, baseURL, tokens[i]); err == nil {
+					break
+				}
+				time.Sleep(time.Duration(100<<try) * time.Millisecond)
+			}
+			<-sem
+			dialing.Done()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "node %d: dial: %v\n", i, err)
+				failed.Store(true)
+				return
+			}
+			id := fmt.Sprintf("bench-%05d", i)
 			var applied atomic.Int64
 			ackd := func(v int64) {
 				applied.Store(v)
@@ -121,6 +139,10 @@ func runFleet(n int, baseURL, tokenFile string) int {
 				}
 			}
 		}()
+	}
+	dialing.Wait()
+	if failed.Load() {
+		return 1
 	}
 	if path := os.Getenv("SLUICE_HUB_BENCH_FLEET_CPU"); path != "" {
 		// The fleet's CPU profile, from the moment every node dialled.
@@ -434,7 +456,10 @@ func BenchmarkPush(b *testing.B) {
 		cctx, ccancel := context.WithCancel(ctx)
 		addrs, done := make(chan net.Addr, 1), make(chan error, 1)
 		go func() {
-			cfg := backend.Config{Listen: listen, DatabaseURL: dbURL, AdminPassword: "bench-password"}
+			// Room for the largest fleet (the default bound is 4,096
+			// connections).
+			cfg := backend.Config{Listen: listen, DatabaseURL: dbURL, AdminPassword: "bench-password",
+				Limits: serve.Limits{MaxConns: 2 * slices.Max(fleetSizes)}}
 			done <- backend.Run(cctx, cfg, slog.New(slog.DiscardHandler), io.Discard, func(a net.Addr) { addrs <- a })
 		}()
 		select {
