@@ -76,7 +76,10 @@ func runFleet(n int, baseURL, tokenFile string) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	report := fleetReport(fleetRules(os.Getenv))
+	// What the nodes report; a line "rules N" on stdin changes it.
+	var report atomic.Pointer[[]byte]
+	initial := fleetReport(fleetRules(os.Getenv))
+	report.Store(&initial)
 	type ack struct {
 		version int64
 		at      int64
@@ -128,7 +131,7 @@ func runFleet(n int, baseURL, tokenFile string) int {
 				if ws != nil {
 					ws.SetReadLimit(wire.MaxMessageBytes)
 					var connected bool
-					connected, goingAway = fleetNode(ctx, ws, id, applied.Load(), report, ackd)
+					connected, goingAway = fleetNode(ctx, ws, id, applied.Load(), &report, ackd)
 					if connected {
 						attempt = 0
 					}
@@ -164,7 +167,17 @@ func runFleet(n int, baseURL, tokenFile string) int {
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
 	}
-	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			var r int
+			if _, err := fmt.Sscanf(sc.Text(), "rules %d", &r); err == nil {
+				next := fleetReport(r)
+				report.Store(&next)
+			}
+		}
+		cancel()
+	}()
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
@@ -230,7 +243,7 @@ var fleetBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // fleetNode runs one connection of a node that runs version applied; it
 // reports whether it got as far as sending its hello, and whether the
 // console closed it as going away.
-func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, report []byte, acked func(int64)) (connected, goingAway bool) {
+func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, report *atomic.Pointer[[]byte], acked func(int64)) (connected, goingAway bool) {
 	defer ws.CloseNow()
 	// No write deadlines: the console drops a node that stops reading,
 	// and a context with a deadline per message is a timer and a cancel
@@ -245,9 +258,6 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() {
-		if report == nil {
-			return
-		}
 		time.Sleep(rand.N(time.Second))
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
@@ -256,7 +266,7 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				if ws.Write(sctx, websocket.MessageText, report) == nil {
+				if r := *report.Load(); r != nil && ws.Write(sctx, websocket.MessageText, r) == nil {
 					reportsSent.Add(1)
 				}
 			}
@@ -436,6 +446,16 @@ func machineCPU() (busy, all int64) {
 	return busy, all
 }
 
+// setRules makes the fleet's nodes report rules rules from their next
+// report on.
+func (f *fleet) setRules(b *testing.B, rules int) {
+	b.Helper()
+	if _, err := fmt.Fprintf(f.stdin, "rules %d\n", rules); err != nil {
+		b.Fatal(err)
+	}
+	f.rules = rules
+}
+
 func (f *fleet) stop() {
 	f.stdin.Close()
 	f.cmd.Wait()
@@ -570,7 +590,10 @@ func BenchmarkPush(b *testing.B) {
 	reportRules := fleetRules(os.Getenv)
 	useFleet := func(b *testing.B, n, rules int) {
 		// The fleet outlives the probing run with b.N = 1.
-		if current == nil || current.n != n || current.rules != rules {
+		if current != nil && current.n == n && current.rules != rules {
+			current.setRules(b, rules) // the same nodes, reporting more
+		}
+		if current == nil || current.n != n {
 			if current != nil {
 				current.stop()
 			}
