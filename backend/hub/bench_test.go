@@ -494,8 +494,8 @@ var fleetSizes = []int{1, 10, 100, 1000, 10000}
 // attempts reaching its address: the most in one second, and the total per
 // node.
 //
-// busy/nodes=10000 has every node report 100 rules of traffic (each with
-// a limited value) every second, and reports the console's CPU per report
+// busy/nodes=N has every node of 1,000 or 10,000 report 100 rules of
+// traffic (each with a limited value) every second, and reports the console's CPU per report
 // and the cores that 100,000 such nodes keep busy.
 //
 // SLUICE_HUB_BENCH_FLEET_RULES sets the rules per report of the other
@@ -707,47 +707,49 @@ func BenchmarkPush(b *testing.B) {
 			b.ReportMetric(float64(total)/float64(n*b.N), "dials/node")
 		})
 	}
-	b.Run("busy/nodes=10000", func(b *testing.B) {
-		// Every node reports busyRules rules of a version that has them:
-		// each row counts (none is dropped as unknown).
-		const n, busyRules = 10000, 100
-		rules = busyRules
-		defer func() { rules = 40 }()
-		publish()
-		useFleet(b, n, busyRules)
-		time.Sleep(2 * time.Second) // every node's ticker runs
-		var console, postgres time.Duration
-		var reports int64
-		var elapsed time.Duration
-		b.ResetTimer()
-		for range b.N {
-			// One op: 5 s of the fleet's reports, counted by the fleet
-			// (it prints its count every second, so windows of whole
-			// seconds between two prints).
-			r0 := current.reportsNow()
-			for current.reportsNow() == r0 {
-				time.Sleep(10 * time.Millisecond)
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("busy/nodes=%d", n), func(b *testing.B) {
+			// Every node reports busyRules rules of a version that has them:
+			// each row counts (none is dropped as unknown).
+			const busyRules = 100
+			rules = busyRules
+			defer func() { rules = 40 }()
+			publish()
+			useFleet(b, n, busyRules)
+			time.Sleep(2 * time.Second) // every node's ticker runs
+			var console, postgres time.Duration
+			var reports int64
+			var elapsed time.Duration
+			b.ResetTimer()
+			for range b.N {
+				// One op: 5 s of the fleet's reports, counted by the fleet
+				// (it prints its count every second, so windows of whole
+				// seconds between two prints).
+				r0 := current.reportsNow()
+				for current.reportsNow() == r0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+				start, r0 := time.Now(), current.reportsNow()
+				c0, p0 := testenv.ProcessCPU(os.Getpid()), testenv.PostgresCPU()
+				for current.reportsNow() == r0 || time.Since(start) < 4500*time.Millisecond {
+					time.Sleep(10 * time.Millisecond)
+				}
+				c1, p1, r1 := testenv.ProcessCPU(os.Getpid()), testenv.PostgresCPU(), current.reportsNow()
+				elapsed += time.Since(start)
+				console, postgres, reports = console+c1-c0, postgres+p1-p0, reports+r1-r0
 			}
-			start, r0 := time.Now(), current.reportsNow()
-			c0, p0 := testenv.ProcessCPU(os.Getpid()), testenv.PostgresCPU()
-			for current.reportsNow() == r0 || time.Since(start) < 4500*time.Millisecond {
-				time.Sleep(10 * time.Millisecond)
-			}
-			c1, p1, r1 := testenv.ProcessCPU(os.Getpid()), testenv.PostgresCPU(), current.reportsNow()
-			elapsed += time.Since(start)
-			console, postgres, reports = console+c1-c0, postgres+p1-p0, reports+r1-r0
-		}
-		b.StopTimer()
-		perReport := float64(console.Microseconds()) / float64(reports)
-		b.ReportMetric(0, "ns/op")
-		b.ReportMetric(float64(reports)/elapsed.Seconds(), "reports/s")
-		b.ReportMetric(perReport, "console-cpu-us/report")
-		b.ReportMetric(100*float64(console)/float64(elapsed), "console-cpu-%")
-		b.ReportMetric(100*float64(postgres)/float64(elapsed), "postgres-cpu-%")
-		// 100,000 nodes reporting once a second keep this many cores of
-		// console CPU busy.
-		b.ReportMetric(perReport*100000/1e6, "console-cores/100k-nodes")
-	})
+			b.StopTimer()
+			perReport := float64(console.Microseconds()) / float64(reports)
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(reports)/elapsed.Seconds(), "reports/s")
+			b.ReportMetric(perReport, "console-cpu-us/report")
+			b.ReportMetric(100*float64(console)/float64(elapsed), "console-cpu-%")
+			b.ReportMetric(100*float64(postgres)/float64(elapsed), "postgres-cpu-%")
+			// 100,000 nodes reporting once a second keep this many cores of
+			// console CPU busy.
+			b.ReportMetric(perReport*100000/1e6, "console-cores/100k-nodes")
+		})
+	}
 }
 
 // quantile returns the p quantile of d in milliseconds; it sorts d.
