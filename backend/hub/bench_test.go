@@ -41,6 +41,19 @@ import (
 // runFleet) for BenchmarkPush.
 const fleetEnv = "SLUICE_HUB_BENCH_FLEET"
 
+// fleetRulesEnv is how many rules each fleet node's stats report names,
+// sent every second (default 0: the nodes are idle and send nothing but
+// keepalive pings, as enforcer/subscriber does).
+const fleetRulesEnv = "SLUICE_HUB_BENCH_FLEET_RULES"
+
+// fleetRules returns the rules per stats report that getenv asks for.
+func fleetRules(getenv func(string) string) int {
+	if r, err := strconv.Atoi(getenv(fleetRulesEnv)); err == nil && r >= 0 {
+		return r
+	}
+	return 0
+}
+
 // runFleet connects n nodes speaking the real protocol: each decodes every
 // snapshot, verifies its checksum and acks it, and while idle sends what
 // enforcer/subscriber sends then: a keepalive ping every 15 s and nothing
@@ -66,6 +79,10 @@ func runFleet(n int, baseURL, tokenFile string) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// What the nodes report; a line "rules N" on stdin changes it.
+	var report atomic.Pointer[[]byte]
+	initial := fleetReport(fleetRules(os.Getenv))
+	report.Store(&initial)
 	type ack struct {
 		version int64
 		at      int64
@@ -78,18 +95,34 @@ func runFleet(n int, baseURL, tokenFile string) int {
 		v.(*atomic.Int64).Add(1)
 	}
 	sem := make(chan struct{}, 32) // the first connections: a few at a time
+	var dialing sync.WaitGroup
+	var failed atomic.Bool
 	for i := range n {
 		sem <- struct{}{}
-		attempted()
-		ws, _, err := dialWS(ctx, baseURL, tokens[i])
-		<-sem
-		if err != nil {
-			// A loaded console may refuse a first dial: the node
-			// redials as after any failure.
-			ws = nil
+		if failed.Load() {
+			return 1
 		}
-		id := fmt.Sprintf("bench-%05d", i)
+		dialing.Add(1)
 		go func() {
+			var ws *websocket.Conn
+			var err error
+			// A loaded machine may drop a handshake: retry a few times
+			// before giving up on the fleet.
+			for try := range 5 {
+				attempted()
+				if ws, _, err = dialWS(ctx, baseURL, tokens[i]); err == nil {
+					break
+				}
+				time.Sleep(time.Duration(100<<try) * time.Millisecond)
+			}
+			<-sem
+			dialing.Done()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "node %d: dial: %v\n", i, err)
+				failed.Store(true)
+				return
+			}
+			id := fmt.Sprintf("bench-%05d", i)
 			var applied atomic.Int64
 			ackd := func(v int64) {
 				applied.Store(v)
@@ -101,7 +134,7 @@ func runFleet(n int, baseURL, tokenFile string) int {
 				if ws != nil {
 					ws.SetReadLimit(wire.MaxMessageBytes)
 					var connected bool
-					connected, goingAway = fleetNode(ctx, ws, id, applied.Load(), ackd)
+					connected, goingAway = fleetNode(ctx, ws, id, applied.Load(), &report, ackd)
 					if connected {
 						attempt = 0
 					}
@@ -126,6 +159,10 @@ func runFleet(n int, baseURL, tokenFile string) int {
 			}
 		}()
 	}
+	dialing.Wait()
+	if failed.Load() {
+		return 1
+	}
 	if path := os.Getenv("SLUICE_HUB_BENCH_FLEET_CPU"); path != "" {
 		// The fleet's CPU profile, from the moment every node dialled.
 		if f, err := os.Create(path); err == nil {
@@ -133,12 +170,23 @@ func runFleet(n int, baseURL, tokenFile string) int {
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
 	}
-	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			var r int
+			if _, err := fmt.Sscanf(sc.Text(), "rules %d", &r); err == nil {
+				next := fleetReport(r)
+				report.Store(&next)
+			}
+		}
+		cancel()
+	}()
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for range t.C {
 			now := time.Now().Unix()
+			fmt.Printf("reports %d\n", reportsSent.Load())
 			attempts.Range(func(k, v any) bool {
 				if sec := k.(int64); sec < now {
 					fmt.Printf("attempts %d %d\n", sec, v.(*atomic.Int64).Load())
@@ -175,13 +223,34 @@ func runFleet(n int, baseURL, tokenFile string) int {
 // DefaultPingInterval.
 const fleetPingInterval = 15 * time.Second
 
+// fleetReport is every fleet node's stats report, naming rules rules of
+// the benchmark's domain (k0, k1...), each with a limited value: the same
+// each second, so encoded once (the nodes' CPU is not what the benchmark
+// measures, and it shares the machine with the console). Nil for none.
+func fleetReport(rules int) []byte {
+	if rules == 0 {
+		return nil
+	}
+	s := wire.Stats{Type: wire.TypeStats, IntervalMS: 1000}
+	for i := range rules {
+		top := []wire.ValueCount{{Value: fmt.Sprintf("user-%d", i), Count: 100}}
+		s.Rules = append(s.Rules, wire.RuleStats{Domain: "api", Rule: fmt.Sprintf("k%d", i), Allowed: 900, Limited: 100,
+			TopLimited: top, Values: top})
+	}
+	data, _ := json.Marshal(s)
+	return data
+}
+
+// reportsSent counts the stats reports the fleet's nodes sent.
+var reportsSent atomic.Int64
+
 // fleetBuffers hold the snapshots the fleet's nodes read.
 var fleetBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // fleetNode runs one connection of a node that runs version applied; it
 // reports whether it got as far as sending its hello, and whether the
 // console closed it as going away.
-func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, acked func(int64)) (connected, goingAway bool) {
+func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, report *atomic.Pointer[[]byte], acked func(int64)) (connected, goingAway bool) {
 	defer ws.CloseNow()
 	// No write deadlines: the console drops a node that stops reading,
 	// and a context with a deadline per message is a timer and a cancel
@@ -208,6 +277,26 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64
 		for {
 			if err := ws.Ping(sctx); err != nil {
 				return
+			}
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	go func() {
+		// A busy node (SLUICE_HUB_BENCH_FLEET_RULES) reports every second.
+		select {
+		case <-sctx.Done():
+			return
+		case <-time.After(rand.N(time.Second)):
+		}
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			if r := *report.Load(); r != nil && ws.Write(sctx, websocket.MessageText, r) == nil {
+				reportsSent.Add(1)
 			}
 			select {
 			case <-sctx.Done():
@@ -257,12 +346,22 @@ func raiseFileLimit() {
 // fleet is a running fleet process.
 type fleet struct {
 	n     int
+	rules int // per stats report
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	acked chan [4]int64 // version, unix nanos of its last, first and median ack
 
 	mu       sync.Mutex
 	attempts map[int64]int64 // dial attempts by unix second
+	reports  int64           // stats reports sent, as last printed
+}
+
+// reportsNow returns the stats reports the fleet sent, as of its last
+// count (it prints one every second).
+func (f *fleet) reportsNow() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reports
 }
 
 // attemptsBetween returns the dial attempts in the whole seconds from
@@ -279,14 +378,15 @@ func (f *fleet) attemptsBetween(from, to time.Time) (total, peak int64) {
 	return total, peak
 }
 
-func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
+func startFleet(b *testing.B, n, rules int, baseURL, tokenFile string) *fleet {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	// GOGC=400: the fleet is the load generator, and its collections
 	// would take CPU from the console it measures; its memory is not
 	// measured. (With no collections at all it is slower: a heap that
 	// only grows takes page faults for fresh memory.)
-	cmd.Env = append(os.Environ(), "GOGC=400", fleetEnv+"="+strconv.Itoa(n), "SLUICE_HUB_BENCH_URL="+baseURL, "SLUICE_HUB_BENCH_TOKENS="+tokenFile)
+	cmd.Env = append(os.Environ(), "GOGC=400", fleetEnv+"="+strconv.Itoa(n), "SLUICE_HUB_BENCH_URL="+baseURL, "SLUICE_HUB_BENCH_TOKENS="+tokenFile,
+		fleetRulesEnv+"="+strconv.Itoa(rules))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -299,13 +399,17 @@ func startFleet(b *testing.B, n int, baseURL, tokenFile string) *fleet {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	f := &fleet{n: n, cmd: cmd, stdin: stdin, acked: make(chan [4]int64, 16), attempts: map[int64]int64{}}
+	f := &fleet{n: n, rules: rules, cmd: cmd, stdin: stdin, acked: make(chan [4]int64, 16), attempts: map[int64]int64{}}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			var v, at, first, half int64
 			if _, err := fmt.Sscanf(sc.Text(), "acked %d %d %d %d", &v, &at, &first, &half); err == nil {
 				f.acked <- [4]int64{v, at, first, half}
+			} else if _, err := fmt.Sscanf(sc.Text(), "reports %d", &v); err == nil {
+				f.mu.Lock()
+				f.reports = v
+				f.mu.Unlock()
 			} else if _, err := fmt.Sscanf(sc.Text(), "attempts %d %d", &v, &at); err == nil {
 				f.mu.Lock()
 				f.attempts[v] += at
@@ -329,7 +433,9 @@ func (f *fleet) wait(b *testing.B, v int64) time.Time {
 // last, the first and the median ack.
 func (f *fleet) waitAll(b *testing.B, v int64) (last, first, median time.Time) {
 	b.Helper()
-	timeout := time.After(5 * time.Minute)
+	// Generous: a fleet's first connections on a loaded machine take
+	// minutes (each node's first hello binds its token, a commit).
+	timeout := time.After(20 * time.Minute)
 	for {
 		select {
 		case a, ok := <-f.acked:
@@ -340,7 +446,7 @@ func (f *fleet) waitAll(b *testing.B, v int64) (last, first, median time.Time) {
 				return time.Unix(0, a[1]), time.Unix(0, a[2]), time.Unix(0, a[3])
 			}
 		case <-timeout:
-			b.Fatalf("%d nodes did not all ack version %d within 5 minutes", f.n, v)
+			b.Fatalf("%d nodes did not all ack version %d within 20 minutes", f.n, v)
 		}
 	}
 }
@@ -371,6 +477,16 @@ func machineCPU() (busy, all int64) {
 		}
 	}
 	return busy, all
+}
+
+// setRules makes the fleet's nodes report rules rules from their next
+// report on.
+func (f *fleet) setRules(b *testing.B, rules int) {
+	b.Helper()
+	if _, err := fmt.Fprintf(f.stdin, "rules %d\n", rules); err != nil {
+		b.Fatal(err)
+	}
+	f.rules = rules
 }
 
 func (f *fleet) stop() {
@@ -411,6 +527,13 @@ var fleetSizes = []int{1, 10, 100, 1000, 10000}
 // node's ack of that version, the time the console was down, and the dial
 // attempts reaching its address: the most in one second, and the total per
 // node.
+//
+// busy/nodes=N has every node of 1,000 or 10,000 report 100 rules of
+// traffic (each with a limited value) every second, and reports the console's CPU per report
+// and the cores that 100,000 such nodes keep busy.
+//
+// SLUICE_HUB_BENCH_FLEET_RULES sets the rules per report of the other
+// fleets (default 1; 0: the nodes send no stats).
 func BenchmarkPush(b *testing.B) {
 	raiseFileLimit()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -464,6 +587,8 @@ func BenchmarkPush(b *testing.B) {
 	b.Cleanup(func() { stopConsole() })
 
 	version := int64(0)
+	// rules is how many rules the published domain holds.
+	rules := 40
 	// publish returns the new version and when the publish began: the
 	// commit is a few queries later, so the latencies measured from there
 	// are upper bounds. (The time Publish returns is too late: nodes can
@@ -474,7 +599,7 @@ func BenchmarkPush(b *testing.B) {
 		// A realistic ruleset: a few domains of a few dozen rules each.
 		var y strings.Builder
 		fmt.Fprintf(&y, "domain: api\ndescriptors:\n")
-		for i := range 40 {
+		for i := range rules {
 			fmt.Fprintf(&y, "  - key: k%d\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", i, 100+int(version))
 		}
 		v, err := st.Publish(ctx, store.Change{Domain: "api", YAML: y.String(), BaseVersion: version - 1,
@@ -494,19 +619,25 @@ func BenchmarkPush(b *testing.B) {
 			current.stop()
 		}
 	})
-	useFleet := func(b *testing.B, n int) {
+	// The fleets' stats reports: SLUICE_HUB_BENCH_FLEET_RULES rules each
+	// (see fleetRules), but for busy/.
+	reportRules := fleetRules(os.Getenv)
+	useFleet := func(b *testing.B, n, rules int) {
 		// The fleet outlives the probing run with b.N = 1.
+		if current != nil && current.n == n && current.rules != rules {
+			current.setRules(b, rules) // the same nodes, reporting more
+		}
 		if current == nil || current.n != n {
 			if current != nil {
 				current.stop()
 			}
-			current = startFleet(b, n, baseURL, tokenFile)
+			current = startFleet(b, n, rules, baseURL, tokenFile)
 			current.wait(b, version) // each node got the latest on connect
 		}
 	}
 	for _, n := range fleetSizes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			useFleet(b, n)
+			useFleet(b, n, reportRules)
 			held, stacks := heapAndStacks()
 			perNode := float64(held-min(base, held)) / float64(n)
 			stackPerNode := float64(stacks-min(baseStacks, stacks)) / float64(n)
@@ -588,7 +719,7 @@ func BenchmarkPush(b *testing.B) {
 	}
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("restart/nodes=%d", n), func(b *testing.B) {
-			useFleet(b, n)
+			useFleet(b, n, reportRules)
 			listen := strings.TrimPrefix(baseURL, "http://")
 			var acked, down []time.Duration
 			var peak, total int64
@@ -611,6 +742,49 @@ func BenchmarkPush(b *testing.B) {
 			b.ReportMetric(quantile(down, 0.5)/1000, "down-s")
 			b.ReportMetric(float64(peak), "peak-dials/s")
 			b.ReportMetric(float64(total)/float64(n*b.N), "dials/node")
+		})
+	}
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("busy/nodes=%d", n), func(b *testing.B) {
+			// Every node reports busyRules rules of a version that has them:
+			// each row counts (none is dropped as unknown).
+			const busyRules = 100
+			rules = busyRules
+			defer func() { rules = 40 }()
+			publish()
+			useFleet(b, n, busyRules)
+			time.Sleep(2 * time.Second) // every node's ticker runs
+			var console, postgres time.Duration
+			var reports int64
+			var elapsed time.Duration
+			b.ResetTimer()
+			for range b.N {
+				// One op: 5 s of the fleet's reports, counted by the fleet
+				// (it prints its count every second, so windows of whole
+				// seconds between two prints).
+				r0 := current.reportsNow()
+				for current.reportsNow() == r0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+				start, r0 := time.Now(), current.reportsNow()
+				c0, p0 := testenv.ProcessCPU(os.Getpid()), testenv.PostgresCPU()
+				for current.reportsNow() == r0 || time.Since(start) < 4500*time.Millisecond {
+					time.Sleep(10 * time.Millisecond)
+				}
+				c1, p1, r1 := testenv.ProcessCPU(os.Getpid()), testenv.PostgresCPU(), current.reportsNow()
+				elapsed += time.Since(start)
+				console, postgres, reports = console+c1-c0, postgres+p1-p0, reports+r1-r0
+			}
+			b.StopTimer()
+			perReport := float64(console.Microseconds()) / float64(reports)
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(reports)/elapsed.Seconds(), "reports/s")
+			b.ReportMetric(perReport, "console-cpu-us/report")
+			b.ReportMetric(100*float64(console)/float64(elapsed), "console-cpu-%")
+			b.ReportMetric(100*float64(postgres)/float64(elapsed), "postgres-cpu-%")
+			// 100,000 nodes reporting once a second keep this many cores of
+			// console CPU busy.
+			b.ReportMetric(perReport*100000/1e6, "console-cores/100k-nodes")
 		})
 	}
 }

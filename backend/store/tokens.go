@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -339,16 +338,13 @@ func (s *Store) LiveTokens(ctx context.Context, secrets []string) (map[string]To
 		hashes[i] = hashToken(sec)
 		bySecret[hashes[i]] = sec
 	}
-	db := s.db.WithContext(ctx)
-	var rows []tokenRow
-	// In chunks: a statement takes at most 65,535 parameters.
-	for chunk := range slices.Chunk(hashes, 10000) {
-		var part []tokenRow
-		if err := db.Where("hash IN ?", chunk).Find(&part).Error; err != nil {
-			return nil, fmt.Errorf("check tokens: %w", err)
-		}
-		rows = append(rows, part...)
+	// One array parameter, scanned by hand: a console replica checks the
+	// tokens of all its nodes (thousands) every few seconds.
+	rows, err := s.liveTokenRows(ctx, hashes)
+	if err != nil {
+		return nil, fmt.Errorf("check tokens: %w", err)
 	}
+	db := s.db.WithContext(ctx)
 	ts, err := resolveTokens(db, rows)
 	if err != nil {
 		return nil, err
@@ -372,6 +368,28 @@ func (s *Store) AuthChanges(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("read token changes: %w", err)
 	}
 	return n, nil
+}
+
+// tokenColumns are tokenRow's columns, in liveTokenRows' scan order.
+const tokenColumns = "id, name, role, hash, last4, created_by, created_at, expires_at, disabled, rotated_at, node_id, owner_id, domains, read_only, fleet"
+
+// liveTokenRows reads the token rows with these hashes.
+func (s *Store) liveTokenRows(ctx context.Context, hashes []string) ([]tokenRow, error) {
+	rs, err := s.sql.QueryContext(ctx, "SELECT "+tokenColumns+" FROM api_tokens WHERE hash = ANY($1::text[])", hashes)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	rows := make([]tokenRow, 0, len(hashes))
+	for rs.Next() {
+		var r tokenRow
+		if err := rs.Scan(&r.ID, &r.Name, &r.Role, &r.Hash, &r.Last4, &r.CreatedBy, &r.CreatedAt, &r.ExpiresAt, &r.Disabled,
+			&r.RotatedAt, &r.NodeID, &r.OwnerID, &r.Domains, &r.ReadOnly, &r.Fleet); err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, rs.Err()
 }
 
 // ListTokens returns every token (never a secret), newest first.
