@@ -345,8 +345,12 @@ func TestAsyncRedisDownDuringFlush(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := used(t, srv.URL(), prefix, set, "k"); got != admitted {
-		t.Errorf("Redis counted %d, admitted %d", got, admitted)
+	// The check that timed out and answered with the failure mode was sent
+	// to the frozen Redis all the same: Redis runs it once it thaws (a
+	// timed-out call's effect is unknown to the caller, in exact mode too),
+	// so it may be counted once more than was admitted, never less.
+	if got := used(t, srv.URL(), prefix, set, "k"); got != admitted && got != admitted+1 {
+		t.Errorf("Redis counted %d, admitted %d (want it or one more)", got, admitted)
 	}
 	if res, _ := e.Check(context.Background(), hot("k")); res.Code != OK || res.StoreErr != nil {
 		t.Errorf("after Redis came back: %+v", res)
