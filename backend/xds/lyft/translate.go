@@ -29,7 +29,7 @@ var lyftUnits = map[rules.Unit]rlsconf.RateLimitUnit{
 // Lyft's semantics: every limit counts in a fixed window aligned to its
 // unit, as Sluice's fixed_window does. When d uses anything Lyft cannot
 // express (another algorithm, burst, unit_multiplier, a unit longer than a
-// day, shards, leases, failure_mode closed or local, on_limit delay or
+// day, shards, leases, async consistency, global scope, failure_mode closed or local, on_limit delay or
 // status, share_threshold, a "*" before a value's end, overlapping
 // wildcards), it returns nil and why, one reason per descriptor path (at
 // most maxReasons, then a count): such a domain is never sent as if Lyft
@@ -127,6 +127,12 @@ func (t *translator) limit(d *rules.Descriptor, path string) *rlsconf.RateLimitP
 	}
 	if d.Lease {
 		t.fail(path, "lease: true; Lyft has no leases")
+	}
+	if d.Consistency == rules.Async {
+		t.fail(path, "consistency: async; Lyft asks Redis for every request")
+	}
+	if d.Scope == rules.ScopeGlobal {
+		t.fail(path, "scope: global; Lyft has no regions")
 	}
 	switch d.FailureMode {
 	case rules.FailClosed, rules.FailLocal:
