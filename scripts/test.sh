@@ -1,28 +1,86 @@
 #!/usr/bin/env bash
-# test.sh — `make test`: lint, every Go test against real Postgres and Redis,
-# every fuzz target for FUZZTIME (scripts/fuzz.sh), then the UI's tests
-# (scripts/ui-test.sh). Postgres and Redis are up already (make's services
-# target). What the UI's tests need from outside — Node.js, the npm packages,
-# Chromium — is fetched in the background meanwhile: on a fresh machine that
-# is minutes of network and disk, which the Go tests would otherwise wait
-# behind.
+# test.sh — `make test`: lint (go mod tidy -diff, go vet, staticcheck), every
+# Go test against real Postgres and Redis, every fuzz target for FUZZTIME
+# (scripts/fuzz.sh), and the UI's tests (scripts/ui-test.sh). Postgres and
+# Redis are up already (make's services target).
+#
+# The stages overlap where one waits and another computes, and nothing is
+# compiled twice:
+#
+#   1. go mod tidy -diff (downloading the modules), building staticcheck,
+#      and fetching Node.js, the npm packages and Chromium, then the UI
+#      build (vite) — all at once: mostly network.
+#   2. go vet ./...: compiles every package and test package, and vets them.
+#   3. Side by side: go test (-vet=off, as go vet ran every analyzer that
+#      go test's own vet pass would); staticcheck; bin/sluice; the fuzzing
+#      (scripts/fuzz.sh); svelte-check, vitest and the JS budget. The Go
+#      tests spend most of their time waiting on Postgres, Redis, sockets
+#      and paced traffic once their binaries are linked, so the others use
+#      the CPU they leave.
+#   4. The Playwright end-to-end suite, once the Go tests are done (both
+#      judge latencies and rates).
+#
+# Each stage prints its wall time and the CPU seconds (user+sys) it used.
+# Output of a stage is printed when it ends; a failed stage fails the run,
+# after the others have finished.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
 MAKE=${MAKE:-make}
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+STATICCHECK=${STATICCHECK:-honnef.co/go/tools/cmd/staticcheck@v0.8.2}
+export GO
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+total=$SECONDS
 
 say() { printf 'test: %s\n' "$*" >&2; }
 
-(bash scripts/ensure-node.sh && "$MAKE" --no-print-directory node_modules/.installed &&
-	bash scripts/ensure-chromium.sh) >"$log" 2>&1 &
-uideps=$!
+# seconds converts the "1m2.345s" of bash's times to seconds.
+seconds() { awk -v t="$1" 'BEGIN { split(t, a, "m"); sub("s", "", a[2]); printf "%.0f", a[1] * 60 + a[2] }'; }
 
-start=$SECONDS
-"$MAKE" --no-print-directory lint
-say "lint: $((SECONDS - start)) s"
-start=$SECONDS
+# stage NAME CMD... runs CMD with its output in $work/NAME.log, then prints
+# the log and NAME's wall and CPU time. Run it in a subshell (as `( stage
+# ... ) &` or `(stage ...)`), so times counts this stage's processes only.
+stage() {
+	local name=$1 start=$SECONDS rc=0 user sys
+	shift
+	"$@" >"$work/$name.log" 2>&1 || rc=$?
+	# times, not $(times): a subshell's own children have used nothing.
+	times >"$work/$name.times"
+	read -r user sys < <(tail -n1 "$work/$name.times")
+	cat "$work/$name.log" >&2
+	if ((rc == 0)); then
+		say "$name: $((SECONDS - start)) s, $(($(seconds "$user") + $(seconds "$sys"))) s CPU"
+	else
+		say "$name: FAILED (exit $rc) after $((SECONDS - start)) s"
+	fi
+	return $rc
+}
+
+failed=()
+# finish NAME PID waits for a background stage.
+finish() { wait "$2" || failed+=("$1"); }
+
+uideps() {
+	bash scripts/ensure-node.sh
+	"$MAKE" --no-print-directory ui
+	bash scripts/ensure-chromium.sh
+}
+
+# 1.
+(stage ui-deps uideps) &
+ui=$!
+(stage staticcheck-build "$GO" run "$STATICCHECK" -version) &
+scbuild=$!
+(stage tidy "$GO" mod tidy -diff) || failed+=(tidy)
+finish staticcheck-build $scbuild
+# The Go packages embed web/dist: every compile should see the built UI.
+finish ui-deps $ui
+
+# 2.
+(stage vet "$GO" vet ./...) || failed+=(vet)
+
+# 3.
 # shellcheck source=/dev/null
 . ./.data/env
 # Most tests wait on Postgres, Redis or a socket rather than the CPU, so
@@ -32,17 +90,27 @@ start=$SECONDS
 # enough for 50 ms Redis bounds in tests to fail open. Tests that measure
 # latencies or pace traffic are not parallel: no test of their own package
 # runs beside them.
-"$GO" test -count=1 -parallel 4 -timeout 20m ./...
-say "go test: $((SECONDS - start)) s"
-start=$SECONDS
-GO=$GO bash scripts/fuzz.sh
-say "fuzz: $((SECONDS - start)) s"
+(stage go-test "$GO" test -vet=off -count=1 -parallel 4 -timeout 20m ./...) &
+gotest=$!
+(stage staticcheck "$GO" run "$STATICCHECK" ./...) &
+sc=$!
+(stage fuzz bash scripts/fuzz.sh) &
+fz=$!
+(stage ui-unit bash scripts/ui-test.sh unit) &
+uu=$!
+(stage build "$MAKE" --no-print-directory build) || failed+=(build)
+finish go-test $gotest
 
-if ! wait "$uideps"; then
-	cat "$log" >&2
-	say "installing the UI's test tools failed (above)"
+# 4.
+(stage e2e bash scripts/ui-test.sh e2e) || failed+=(e2e)
+finish staticcheck $sc
+finish fuzz $fz
+finish ui-unit $uu
+
+if ((${#failed[@]})); then
+	say "FAILED: ${failed[*]} ($((SECONDS - total)) s)"
 	exit 1
 fi
-start=$SECONDS
-"$MAKE" --no-print-directory ui-test
-say "ui tests: $((SECONDS - start)) s"
+times >"$work/times"
+read -r user sys < <(tail -n1 "$work/times")
+say "all passed: $((SECONDS - total)) s, $(($(seconds "$user") + $(seconds "$sys"))) s CPU"
