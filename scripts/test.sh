@@ -10,7 +10,8 @@
 #   1. go mod tidy -diff (downloading the modules), building staticcheck,
 #      and fetching Node.js, the npm packages and Chromium, then the UI
 #      build (vite) — all at once: mostly network.
-#   2. go vet ./...: compiles every package and test package, and vets them.
+#   2. Once the UI is built: go vet ./..., which compiles every package
+#      and test package and vets them (tidy may still be downloading).
 #   3. Side by side: go test (-vet=off, as go vet ran every analyzer that
 #      go test's own vet pass would); staticcheck; bin/sluice; the fuzzing
 #      (scripts/fuzz.sh); svelte-check, vitest and the JS budget. The Go
@@ -70,15 +71,18 @@ uideps() {
 # 1.
 (stage ui-deps uideps) &
 ui=$!
+(stage tidy "$GO" mod tidy -diff) &
+tidy=$!
 (stage staticcheck-build "$GO" run "$STATICCHECK" -version) &
 scbuild=$!
-(stage tidy "$GO" mod tidy -diff) || failed+=(tidy)
-finish staticcheck-build $scbuild
-# The Go packages embed web/dist: every compile should see the built UI.
+# backend embeds web/dist: every compile should see the built UI, or the
+# packages above it are compiled twice (or, were vite writing web/dist
+# meanwhile, from a half-written folder).
 finish ui-deps $ui
 
-# 2.
+# 2. go vet fetches the modules it needs itself, beside tidy.
 (stage vet "$GO" vet ./...) || failed+=(vet)
+finish staticcheck-build $scbuild
 
 # 3.
 # shellcheck source=/dev/null
@@ -106,6 +110,7 @@ finish go-test $gotest
 finish staticcheck $sc
 finish fuzz $fz
 finish ui-unit $uu
+finish tidy $tidy
 
 if ((${#failed[@]})); then
 	say "FAILED: ${failed[*]} ($((SECONDS - total)) s)"
