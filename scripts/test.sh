@@ -8,8 +8,9 @@
 # compiled twice:
 #
 #   1. go mod tidy -diff (downloading the modules), building staticcheck,
-#      and fetching Node.js, the npm packages and Chromium, then the UI
-#      build (vite) — all at once: mostly network.
+#      and fetching Node.js and the npm packages, then the UI build (vite)
+#      — all at once: mostly network. Chromium is fetched after these,
+#      beside what follows.
 #   2. Once the UI is built: go vet ./..., which compiles every package
 #      and test package and vets them (tidy may still be downloading).
 #   3. Side by side: go test (-vet=off, as go vet ran every analyzer that
@@ -50,10 +51,11 @@ stage() {
 	times >"$work/$name.times"
 	read -r user sys < <(tail -n1 "$work/$name.times")
 	cat "$work/$name.log" >&2
+	local took="$((SECONDS - start)) s, $(($(seconds "$user") + $(seconds "$sys"))) s CPU"
 	if ((rc == 0)); then
-		say "$name: $((SECONDS - start)) s, $(($(seconds "$user") + $(seconds "$sys"))) s CPU"
+		say "$name: $took"
 	else
-		say "$name: FAILED (exit $rc) after $((SECONDS - start)) s"
+		say "$name: FAILED (exit $rc) after $took"
 	fi
 	return $rc
 }
@@ -65,7 +67,6 @@ finish() { wait "$2" || failed+=("$1"); }
 uideps() {
 	bash scripts/ensure-node.sh
 	"$MAKE" --no-print-directory ui
-	bash scripts/ensure-chromium.sh
 }
 
 # 1.
@@ -79,6 +80,10 @@ scbuild=$!
 # packages above it are compiled twice (or, were vite writing web/dist
 # meanwhile, from a half-written folder).
 finish ui-deps $ui
+# Only the end-to-end tests need Chromium: nothing else waits for it. (After
+# ensure-node.sh, as both may run apt-get.)
+(stage chromium bash scripts/ensure-chromium.sh) &
+chromium=$!
 
 # 2. go vet fetches the modules it needs itself, beside tidy.
 (stage vet "$GO" vet ./...) || failed+=(vet)
@@ -106,6 +111,7 @@ uu=$!
 finish go-test $gotest
 
 # 4.
+finish chromium $chromium
 (stage e2e bash scripts/ui-test.sh e2e) || failed+=(e2e)
 finish staticcheck $sc
 finish fuzz $fz
