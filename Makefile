@@ -87,12 +87,12 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# The Go tests need no Node; the UI's tests after them do (ensure-node.sh
-# installs it as root). scripts/test.sh fetches Node, the npm packages and
-# Chromium in the background while lint, the Go tests and the fuzz targets
-# run, then runs ui-test; it prints each stage's time.
+# lint, the Go tests, the fuzz targets and the UI's tests, overlapped where
+# one waits and another computes (scripts/test.sh says how); it prints each
+# stage's wall and CPU time. The Go tests need no Node; the UI's tests do
+# (ensure-node.sh and ensure-chromium.sh install Node and Chromium as root).
 test: services
-	GO=$(GO) MAKE=$(MAKE) bash scripts/test.sh
+	GO=$(GO) MAKE=$(MAKE) STATICCHECK=$(STATICCHECK) bash scripts/test.sh
 
 # The edit loop: what `test` runs minus the fuzzing, the browser and the
 # tests that skip themselves under -short (seconds of paced load each).

@@ -5,10 +5,16 @@
 # in the ordinary `go test` too. A failing input is saved under the
 # package's testdata/fuzz/FuzzX/; commit it as a regression seed.
 #
-# Each package's instrumented test binary is built once (`go test -c` with
-# -fuzz, which is what turns the coverage instrumentation on) and then runs
-# each of its targets, so a package with four targets links once, not four
-# times.
+# Each package's test binary is built once and then runs each of its
+# targets, so a package with four targets links once, not four times. The
+# coverage counters that guide the fuzzing engine (the compiler's
+# -d=libfuzzer) go into the fuzzed package only, not into every package of
+# the binary as `go test -fuzz` does: everything else is then the very build
+# the ordinary tests use and comes from the build cache. Instrumenting all
+# ~700 packages meant compiling them all a second time, two thirds of a
+# fresh clone's fuzzing time; instrumenting this module's packages instead
+# of the fuzzed one alone still recompiles most of the module (nearly every
+# package imports rules), 95 against 59 CPU seconds for the nine binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -27,8 +33,10 @@ while read -r dir name; do
 	[[ -n $dir ]] || continue
 	bin="$work/$(echo "$dir" | tr / _).test"
 	if [[ $built != "$dir" ]]; then
-		echo "fuzz ./$dir: building the instrumented test binary"
-		if ! "$GO" test -c -o "$bin" -fuzz "^${name}\$" "./$dir" >"$work/build.log" 2>&1; then
+		echo "fuzz ./$dir: building the test binary"
+		pkg=$("$GO" list "./$dir")
+		# -vet=off: make lint vets every package.
+		if ! "$GO" test -c -vet=off -o "$bin" -gcflags="$pkg=-d=libfuzzer" "./$dir" >"$work/build.log" 2>&1; then
 			cat "$work/build.log"
 			status=1
 			built=""
@@ -37,7 +45,7 @@ while read -r dir name; do
 		built=$dir
 		# Where go test itself keeps what the engine found, so runs build on
 		# each other's corpus.
-		cache="$("$GO" env GOCACHE)/fuzz/$("$GO" list "./$dir")"
+		cache="$("$GO" env GOCACHE)/fuzz/$pkg"
 	fi
 	echo "fuzz ./$dir $name ($FUZZTIME)"
 	# A test binary runs in its package's folder, as go test runs it, so

@@ -1,34 +1,101 @@
 #!/usr/bin/env bash
-# test.sh — `make test`: lint, every Go test against real Postgres and Redis,
-# every fuzz target for FUZZTIME (scripts/fuzz.sh), the compatibility tests
-# against a real envoyproxy/ratelimit (make test-compat), then the UI's tests
-# (scripts/ui-test.sh). envoyproxy/ratelimit is built in the background from
-# the start (about 90 s on an empty module cache), so that the build overlaps
-# lint and the Go tests. Postgres and Redis are up already (make's services
-# target). What the UI's tests need from outside — Node.js, the npm packages,
-# Chromium — is fetched in the background meanwhile: on a fresh machine that
-# is minutes of network and disk, which the Go tests would otherwise wait
-# behind.
+# test.sh — `make test`: lint (go mod tidy -diff, go vet, staticcheck), every
+# Go test against real Postgres and Redis, every fuzz target for FUZZTIME
+# (scripts/fuzz.sh), the compatibility tests against a real
+# envoyproxy/ratelimit (make test-compat), and the UI's tests
+# (scripts/ui-test.sh). Postgres and Redis are up already (make's services
+# target).
+#
+# The stages overlap where one waits and another computes, and nothing is
+# compiled twice:
+#
+#   1. go mod tidy -diff (downloading the modules), building staticcheck,
+#      and fetching Node.js and the npm packages, then the UI build (vite)
+#      — all at once: mostly network. Chromium is fetched after these,
+#      beside what follows, and envoyproxy/ratelimit is built (make lyft,
+#      about 90 s on an empty module cache) in the background from here on.
+#   2. Once the UI is built: go vet ./..., which compiles every package
+#      and test package and vets them (tidy may still be downloading).
+#   3. Side by side: go test (-vet=off, as go vet ran every analyzer that
+#      go test's own vet pass would); staticcheck; bin/sluice; the fuzzing
+#      (scripts/fuzz.sh); svelte-check, vitest and the JS budget. The Go
+#      tests spend most of their time waiting on Postgres, Redis, sockets
+#      and paced traffic once their binaries are linked, so the others use
+#      the CPU they leave.
+#   4. The Playwright end-to-end suite, once the Go tests are done (both
+#      judge latencies and rates), and then the envoyproxy/ratelimit
+#      compatibility tests (the Go tests skip them: SLUICE_COMPAT_STAGE).
+#
+# Each stage prints its wall time and the CPU seconds (user+sys) it used.
+# Output of a stage is printed when it ends; a failed stage fails the run,
+# after the others have finished.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
 MAKE=${MAKE:-make}
-log=$(mktemp)
-lyftlog=$(mktemp)
-trap 'rm -f "$log" "$lyftlog"' EXIT
+STATICCHECK=${STATICCHECK:-honnef.co/go/tools/cmd/staticcheck@v0.8.2}
+export GO
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+total=$SECONDS
 
 say() { printf 'test: %s\n' "$*" >&2; }
 
-(bash scripts/ensure-node.sh && "$MAKE" --no-print-directory node_modules/.installed &&
-	bash scripts/ensure-chromium.sh) >"$log" 2>&1 &
-uideps=$!
-"$MAKE" --no-print-directory lyft >"$lyftlog" 2>&1 &
+# seconds converts the "1m2.345s" of bash's times to seconds.
+seconds() { awk -v t="$1" 'BEGIN { split(t, a, "m"); sub("s", "", a[2]); printf "%.0f", a[1] * 60 + a[2] }'; }
+
+# stage NAME CMD... runs CMD with its output in $work/NAME.log, then prints
+# the log and NAME's wall and CPU time. Run it in a subshell (as `( stage
+# ... ) &` or `(stage ...)`), so times counts this stage's processes only.
+stage() {
+	local name=$1 start=$SECONDS rc=0 user sys
+	shift
+	"$@" >"$work/$name.log" 2>&1 || rc=$?
+	# times, not $(times): a subshell's own children have used nothing.
+	times >"$work/$name.times"
+	read -r user sys < <(tail -n1 "$work/$name.times")
+	cat "$work/$name.log" >&2
+	local took="$((SECONDS - start)) s, $(($(seconds "$user") + $(seconds "$sys"))) s CPU"
+	if ((rc == 0)); then
+		say "$name: $took"
+	else
+		say "$name: FAILED (exit $rc) after $took"
+	fi
+	return $rc
+}
+
+failed=()
+# finish NAME PID waits for a background stage.
+finish() { wait "$2" || failed+=("$1"); }
+
+uideps() {
+	bash scripts/ensure-node.sh
+	"$MAKE" --no-print-directory ui
+}
+
+# 1.
+(stage ui-deps uideps) &
+ui=$!
+(stage tidy "$GO" mod tidy -diff) &
+tidy=$!
+(stage staticcheck-build "$GO" run "$STATICCHECK" -version) &
+scbuild=$!
+# backend embeds web/dist: every compile should see the built UI, or the
+# packages above it are compiled twice (or, were vite writing web/dist
+# meanwhile, from a half-written folder).
+finish ui-deps $ui
+# Only the end-to-end tests need Chromium: nothing else waits for it. (After
+# ensure-node.sh, as both may run apt-get.)
+(stage chromium bash scripts/ensure-chromium.sh) &
+chromium=$!
+(stage lyft-build "$MAKE" --no-print-directory lyft) &
 lyft=$!
 
-start=$SECONDS
-"$MAKE" --no-print-directory lint
-say "lint: $((SECONDS - start)) s"
-start=$SECONDS
+# 2. go vet fetches the modules it needs itself, beside tidy.
+(stage vet "$GO" vet ./...) || failed+=(vet)
+finish staticcheck-build $scbuild
+
+# 3.
 # shellcheck source=/dev/null
 . ./.data/env
 # Most tests wait on Postgres, Redis or a socket rather than the CPU, so
@@ -38,26 +105,34 @@ start=$SECONDS
 # enough for 50 ms Redis bounds in tests to fail open. Tests that measure
 # latencies or pace traffic are not parallel: no test of their own package
 # runs beside them.
-# The envoyproxy/ratelimit tests run in their own stage, below.
-SLUICE_COMPAT_STAGE=later "$GO" test -count=1 -parallel 4 -timeout 20m ./...
-say "go test: $((SECONDS - start)) s"
-start=$SECONDS
-GO=$GO bash scripts/fuzz.sh
-say "fuzz: $((SECONDS - start)) s"
-start=$SECONDS
-if ! wait "$lyft"; then
-	cat "$lyftlog" >&2
-	say "building envoyproxy/ratelimit failed (above)"
-	exit 1
-fi
-"$MAKE" --no-print-directory test-compat
-say "compat: $((SECONDS - start)) s"
+(SLUICE_COMPAT_STAGE=later stage go-test "$GO" test -vet=off -count=1 -parallel 4 -timeout 20m ./...) &
+gotest=$!
+(stage staticcheck "$GO" run "$STATICCHECK" ./...) &
+sc=$!
+(stage fuzz bash scripts/fuzz.sh) &
+fz=$!
+(stage ui-unit bash scripts/ui-test.sh unit) &
+uu=$!
+(stage build "$MAKE" --no-print-directory build) || failed+=(build)
+finish go-test $gotest
 
-if ! wait "$uideps"; then
-	cat "$log" >&2
-	say "installing the UI's test tools failed (above)"
+# 4.
+finish chromium $chromium
+(stage e2e bash scripts/ui-test.sh e2e) || failed+=(e2e)
+if wait "$lyft"; then
+	(stage compat "$MAKE" --no-print-directory test-compat) || failed+=(compat)
+else
+	failed+=(lyft-build)
+fi
+finish staticcheck $sc
+finish fuzz $fz
+finish ui-unit $uu
+finish tidy $tidy
+
+if ((${#failed[@]})); then
+	say "FAILED: ${failed[*]} ($((SECONDS - total)) s)"
 	exit 1
 fi
-start=$SECONDS
-"$MAKE" --no-print-directory ui-test
-say "ui tests: $((SECONDS - start)) s"
+times >"$work/times"
+read -r user sys < <(tail -n1 "$work/times")
+say "all passed: $((SECONDS - total)) s, $(($(seconds "$user") + $(seconds "$sys"))) s CPU"

@@ -4,13 +4,21 @@
 # initial-JavaScript budget, then the Playwright end-to-end suite against a
 # real console and two enforcers (needs DATABASE_URL and REDIS_URL, which
 # make takes from .data/env).
+#
+#   bash scripts/ui-test.sh        all of it
+#   bash scripts/ui-test.sh unit   type checks, vitest and the budget (needs web/dist only)
+#   bash scripts/ui-test.sh e2e    the end-to-end suite (needs bin/sluice)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+step=${1:-all}
 
+if [[ $step == unit || $step == all ]]; then
+	npm run --silent typecheck
+	npm test
+	node scripts/ui-size.mjs
+fi
+[[ $step == e2e || $step == all ]] || exit 0
 bash scripts/ensure-chromium.sh
-npm run --silent typecheck
-npm test
-node scripts/ui-size.mjs
 # Two files at a time (web/e2e/vitest.config.ts), except the staged-rollout
 # spec: it judges two cohorts' 429 rates second by second, which another
 # file's console and browser beside it on two cores can starve; it runs
