@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Go fuzz target of the repository (func FuzzX in a _test.go file)
 # for FUZZTIME each (default 2s), one after another: a new target is run
-# without editing this script. Called by `make test`; the seed corpora run
+# without editing this script, with one fuzzing worker (make test runs it
+# beside the Go tests, which judge latencies). Called by `make test`; the seed corpora run
 # in the ordinary `go test` too. A failing input is saved under the
 # package's testdata/fuzz/FuzzX/; commit it as a regression seed.
 #
@@ -51,7 +52,7 @@ while read -r dir name; do
 	# A test binary runs in its package's folder, as go test runs it, so
 	# testdata/fuzz seeds are found and new failing inputs land there.
 	fuzz() {
-		(cd "$top/$dir" && "$bin" -test.run '^$' -test.fuzz "^${name}\$" -test.fuzztime "$FUZZTIME" \
+		(cd "$top/$dir" && "$bin" -test.run '^$' -test.fuzz "^${name}\$" -test.fuzztime "$FUZZTIME" -test.parallel 1 \
 			-test.fuzzcachedir "$cache") >"$work/out" 2>&1
 	}
 	if ! fuzz; then

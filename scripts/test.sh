@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # test.sh — `make test`: lint (go mod tidy -diff, go vet, staticcheck), every
 # Go test against real Postgres and Redis, every fuzz target for FUZZTIME
-# (scripts/fuzz.sh), the compatibility tests against a real
-# envoyproxy/ratelimit (make test-compat), and the UI's tests
-# (scripts/ui-test.sh). Postgres and Redis are up already (make's services
-# target).
+# (scripts/fuzz.sh), and the UI's tests (scripts/ui-test.sh). Postgres and
+# Redis are up already (make's services target). The tests against a real
+# envoyproxy/ratelimit have their own target, make test-compat (.ci/run
+# runs it after this): building that binary is ~90 s of CPU on an empty
+# cache.
 #
 # The stages overlap where one waits and another computes, and nothing is
 # compiled twice:
@@ -12,8 +13,7 @@
 #   1. go mod tidy -diff (downloading the modules), building staticcheck,
 #      and fetching Node.js and the npm packages, then the UI build (vite)
 #      — all at once: mostly network. Chromium is fetched after these,
-#      beside what follows, and envoyproxy/ratelimit is built (make lyft,
-#      about 90 s on an empty module cache) in the background from here on.
+#      beside what follows.
 #   2. Once the UI is built: go vet ./..., which compiles every package
 #      and test package and vets them (tidy may still be downloading).
 #   3. Side by side: go test (-vet=off, as go vet ran every analyzer that
@@ -23,8 +23,8 @@
 #      and paced traffic once their binaries are linked, so the others use
 #      the CPU they leave.
 #   4. The Playwright end-to-end suite, once the Go tests are done (both
-#      judge latencies and rates), and then the envoyproxy/ratelimit
-#      compatibility tests (the Go tests skip them: SLUICE_COMPAT_STAGE).
+#      judge latencies and rates). The Go tests skip the envoyproxy/ratelimit
+#      ones (SLUICE_COMPAT_STAGE=later): make test-compat runs them.
 #
 # Each stage prints its wall time and the CPU seconds (user+sys) it used.
 # Output of a stage is printed when it ends; a failed stage fails the run,
@@ -88,8 +88,6 @@ finish ui-deps $ui
 # ensure-node.sh, as both may run apt-get.)
 (stage chromium bash scripts/ensure-chromium.sh) &
 chromium=$!
-(stage lyft-build "$MAKE" --no-print-directory lyft) &
-lyft=$!
 
 # 2. go vet fetches the modules it needs itself, beside tidy.
 (stage vet "$GO" vet ./...) || failed+=(vet)
@@ -119,11 +117,6 @@ finish go-test $gotest
 # 4.
 finish chromium $chromium
 (stage e2e bash scripts/ui-test.sh e2e) || failed+=(e2e)
-if wait "$lyft"; then
-	(stage compat "$MAKE" --no-print-directory test-compat) || failed+=(compat)
-else
-	failed+=(lyft-build)
-fi
 finish staticcheck $sc
 finish fuzz $fz
 finish ui-unit $uu
