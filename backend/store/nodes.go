@@ -214,10 +214,10 @@ func refusedContent(err error) bool {
 		errors.Is(err, gorm.ErrCheckConstraintViolated)
 }
 
-// saveNodesSQL upserts rows given as one array per column: one statement,
-// prepared once per connection, whatever the row count, with one parameter
-// per column (and the staleness bound) rather than one per column per row.
-var saveNodesSQL = func() string {
+// upsertNodesSQL upserts rows given as one array per column (parameters
+// $1..$N, N = len(nodeColumns)) and updates an existing row where (its
+// alias n, the new row EXCLUDED, $N+1 free for where's own use).
+func upsertNodesSQL(where string) string {
 	names := make([]string, len(nodeColumns))
 	arrays := make([]string, len(nodeColumns))
 	var set []string
@@ -229,33 +229,23 @@ var saveNodesSQL = func() string {
 	}
 	return "INSERT INTO nodes AS n (" + strings.Join(names, ", ") + ")\n" +
 		"SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")\n" +
-		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + fmt.Sprintf(`
-	WHERE n.session_id = EXCLUDED.session_id
+		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + "\n" + where
+}
+
+// saveNodesSQL upserts rows given as one array per column: one statement,
+// prepared once per connection, whatever the row count, with one parameter
+// per column (and the staleness bound) rather than one per column per row.
+var saveNodesSQL = upsertNodesSQL(fmt.Sprintf(`	WHERE n.session_id = EXCLUDED.session_id
 		OR n.status <> 'connected'
 		OR n.connected_since IS NULL
 		OR EXCLUDED.connected_since > n.connected_since
-		OR n.last_seen < now() - make_interval(secs => $%d)`, len(nodeColumns)+1)
-}()
+		OR n.last_seen < now() - make_interval(secs => $%d)`, len(nodeColumns)+1))
 
 // claimNodeSQL writes one connected row unless the registry shows the node
 // connected to another replica and seen since $N+1, or the row is the
 // writing replica's own (its hub decides then).
-var claimNodeSQL = func() string {
-	names := make([]string, len(nodeColumns))
-	arrays := make([]string, len(nodeColumns))
-	var set []string
-	for i, c := range nodeColumns {
-		names[i], arrays[i] = c.name, fmt.Sprintf("$%d::%s[]", i+1, c.typ)
-		if i > 0 {
-			set = append(set, c.name+" = EXCLUDED."+c.name)
-		}
-	}
-	return "INSERT INTO nodes AS n (" + strings.Join(names, ", ") + ")\n" +
-		"SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")\n" +
-		"ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + fmt.Sprintf(`
-	WHERE n.console_id <> EXCLUDED.console_id AND NOT (n.status = 'connected' AND n.last_seen >= $%d)
-	RETURNING n.id`, len(nodeColumns)+1)
-}()
+var claimNodeSQL = upsertNodesSQL(fmt.Sprintf(`	WHERE n.console_id <> EXCLUDED.console_id AND NOT (n.status = 'connected' AND n.last_seen >= $%d)
+	RETURNING n.id`, len(nodeColumns)+1))
 
 // ClaimNode outcomes.
 const (

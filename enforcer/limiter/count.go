@@ -67,32 +67,10 @@ func (r *Redis) Count(ctx context.Context, us []Usage) ([]State, error) {
 	if r.now != nil {
 		now = strconv.FormatInt(r.now(), 10)
 	}
-	cmds := make([]*redis.Cmd, len(us))
-	args := func(i int) []any {
+	cmds := r.evalEach(ctx, countScript, len(us), func(i int) ([]string, []any) {
 		s := specs[i]
-		return []any{now, s.code, s.limit, s.period, s.capacity, s.calendar, s.hits, min(us[i].Elapsed.Microseconds(), maxMicros)}
-	}
-	send := func(eval func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd, which []int) {
-		pipe := r.client.Pipeline()
-		for _, i := range which {
-			cmds[i] = eval(countScript, ctx, pipe, []string{specs[i].key}, args(i)...)
-		}
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-	}
-	all := make([]int, len(us))
-	for i := range all {
-		all[i] = i
-	}
-	send((*redis.Script).EvalSha, all)
-	var again []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		send((*redis.Script).Eval, again)
-	}
+		return []string{s.key}, []any{now, s.code, s.limit, s.period, s.capacity, s.calendar, s.hits, min(us[i].Elapsed.Microseconds(), maxMicros)}
+	})
 	out := make([]State, len(us))
 	for i, cmd := range cmds {
 		reply, err := cmd.Result()
@@ -160,28 +138,9 @@ func (r *Redis) presence(ctx context.Context, op string, ps []Presence) ([]int64
 			return nil, fmt.Errorf("presence %d: %w: empty key or member", i, ErrInvalidRequest)
 		}
 	}
-	cmds := make([]*redis.Cmd, len(ps))
-	send := func(eval func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd, which []int) {
-		pipe := r.client.Pipeline()
-		for _, i := range which {
-			cmds[i] = eval(presenceScript, ctx, pipe, []string{ps[i].Key}, op, ps[i].Member, max(ps[i].TTL.Milliseconds(), 1))
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	all := make([]int, len(ps))
-	for i := range all {
-		all[i] = i
-	}
-	send((*redis.Script).EvalSha, all)
-	var again []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		send((*redis.Script).Eval, again)
-	}
+	cmds := r.evalEach(ctx, presenceScript, len(ps), func(i int) ([]string, []any) {
+		return []string{ps[i].Key}, []any{op, ps[i].Member, max(ps[i].TTL.Milliseconds(), 1)}
+	})
 	out := make([]int64, len(ps))
 	for i, cmd := range cmds {
 		n, err := cmd.Int64()

@@ -336,6 +336,37 @@ func (r *Redis) run(ctx context.Context, invs []*invocation, now string) {
 	_, _ = pipe.Exec(ctx)
 }
 
+// evalEach runs script once per i in [0, n), all in one pipeline, with
+// the keys and arguments of call(i): by SHA, and again in full for the
+// calls that found Redis without the script (NOSCRIPT). Each command
+// carries its own error.
+func (r *Redis) evalEach(ctx context.Context, script *redis.Script, n int, call func(i int) ([]string, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, n)
+	send := func(eval func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd, which []int) {
+		pipe := r.client.Pipeline()
+		for _, i := range which {
+			keys, args := call(i)
+			cmds[i] = eval(script, ctx, pipe, keys, args...)
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+	}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	send((*redis.Script).EvalSha, all)
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		send((*redis.Script).Eval, again)
+	}
+	return cmds
+}
+
 func isNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
