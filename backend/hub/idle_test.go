@@ -5,16 +5,11 @@ package hub_test
 
 import (
 	"context"
-	"log/slog"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
-	"github.com/sluicehq/sluice/enforcer/limiter"
-	enforcernode "github.com/sluicehq/sluice/enforcer/node"
-	"github.com/sluicehq/sluice/enforcer/subscriber"
-	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -28,23 +23,7 @@ func TestIdleNodeStatsExactWhenTrafficResumes(t *testing.T) {
 	e.publish("api", "domain: api\ndescriptors:\n  - key: customer\n    rate_limit: {unit: hour, requests_per_unit: 5, name: per-customer}\n")
 	c := e.startConsole()
 
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	eng := enforcernode.NewEngine(limiter.NewRedis(client), testenv.KeyPrefix(t), slog.New(slog.DiscardHandler))
-	sub, err := subscriber.New(subscriber.Config{ConsoleURL: c.url, NodeToken: e.nodeToken("n1"), NodeID: "n1",
-		MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		StatsSource: eng.TakeStats, StatsInterval: 200 * time.Millisecond}, eng, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	subDone := make(chan struct{})
-	go func() { defer close(subDone); sub.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-subDone })
-	waitFor(t, "the node applies the rules", func() bool { return eng.Version() > 0 })
+	eng := startRealNode(t, e, c, "n1")
 	from := time.Now().Add(-time.Second).UTC().Format(time.RFC3339)
 
 	check := func(value string, n int) {

@@ -41,23 +41,7 @@ func TestValueHistoryFromANode(t *testing.T) {
 	e.publish("api", "domain: api\ndescriptors:\n  - key: customer\n    rate_limit: {unit: hour, requests_per_unit: 1, name: per-customer}\n")
 	c := e.startConsole()
 
-	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	eng := enforcernode.NewEngine(limiter.NewRedis(client), testenv.KeyPrefix(t), slog.New(slog.DiscardHandler))
-	sub, err := subscriber.New(subscriber.Config{ConsoleURL: c.url, NodeToken: e.nodeToken("n1"), NodeID: "n1",
-		MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		StatsSource: eng.TakeStats, StatsInterval: 200 * time.Millisecond}, eng, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	subDone := make(chan struct{})
-	go func() { defer close(subDone); sub.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-subDone })
-	waitFor(t, "the node applies the rules", func() bool { return eng.Version() > 0 })
+	eng := startRealNode(t, e, c, "n1")
 
 	// All the traffic in one minute: wait for a fresh one when this one
 	// is nearly over.
@@ -149,4 +133,29 @@ func TestValueHistoryFromANode(t *testing.T) {
 	if len(recent.Values) != 10 || recent.Values[0].Limited != want[recent.Values[0].Value] {
 		t.Errorf("recent values with prefix cust-099: %+v, want the 10 of them with their counts", recent.Values)
 	}
+}
+
+// startRealNode runs node id as an enforcer does, until the test ends: a
+// real engine checking against Redis and a subscriber reporting its stats
+// to console c every 200 ms. It returns once the node applied the rules.
+func startRealNode(t *testing.T, e *env, c *console, id string) *engine.Engine {
+	t.Helper()
+	client, err := limiter.NewClient(testenv.RedisURL(t), limiter.WithTimeout(2*time.Second), limiter.WithDialTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	eng := enforcernode.NewEngine(limiter.NewRedis(client), testenv.KeyPrefix(t), slog.New(slog.DiscardHandler))
+	sub, err := subscriber.New(subscriber.Config{ConsoleURL: c.url, NodeToken: e.nodeToken(id), NodeID: id,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		StatsSource: eng.TakeStats, StatsInterval: 200 * time.Millisecond}, eng, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	subDone := make(chan struct{})
+	go func() { defer close(subDone); sub.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-subDone })
+	waitFor(t, "the node applies the rules", func() bool { return eng.Version() > 0 })
+	return eng
 }
