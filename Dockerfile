@@ -29,7 +29,7 @@ COPY migrations/ migrations/
 COPY internal/ internal/
 COPY web/*.go web/
 COPY --from=ui /src/web/dist/ web/dist/
-RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o /out/sluice ./cmd/sluice
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -tags=nomsgpack -ldflags='-s -w' -o /out/sluice ./cmd/sluice
 
 # --- 3. Runtime ----------------------------------------------------------------------------
 FROM debian:bookworm-slim

@@ -19,6 +19,10 @@
 SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
+# gin's msgpack binding is left out of every build: nothing in Sluice speaks
+# msgpack, and its codec (ugorji/go) is the slowest package of the build to
+# compile and to lint. Appended to a GOFLAGS of the caller's.
+export GOFLAGS += -tags=nomsgpack
 # staticcheck 2026.2.2, pinned; `go run pkg@version` fetches it through the
 # module proxy on first use and builds it with this Go.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2

@@ -92,7 +92,7 @@ trap cleanup EXIT
 
 if [[ -z $SLUICE ]]; then
 	SLUICE="$work/sluice"
-	go build -o "$SLUICE" ./cmd/sluice
+	go build -tags=nomsgpack -o "$SLUICE" ./cmd/sluice
 fi
 if [[ $FLOOR == 1 || $FLOOR_REDIS == 1 ]]; then
 	go build -o "$work/floor" ./examples/bench/floor
