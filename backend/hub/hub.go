@@ -81,20 +81,21 @@ import (
 
 // The keepalive: a node that sent nothing for pingInterval, its keepalive
 // window, is pinged, and dropped when the pong (or a write) takes
-// writeTimeout: a node gone silent shows disconnected at most 56 s later
-// (the window, the ping timeout and one tick of keepaliveLoop). An idle
-// enforcer pings the console every 30 s (subscriber.DefaultPingInterval),
-// well within the window, so the console never pings it.
+// writeTimeout: a node gone silent shows disconnected at most a minute
+// later (the window, the ping timeout, one 5 s tick of keepaliveLoop and
+// the registry's next flush). An idle enforcer pings the console every
+// 30 s (subscriber.DefaultPingInterval), well within the window, so the
+// console never pings it.
 //
 // The period is what an idle fleet costs: each node ping is a frame read
-// and a pong written, about 60 µs of console CPU on a small machine, so
-// 10,000 nodes pinging every 15 s took 4% of a core for keepalives alone.
-// Every 30 s halves that, and a node that vanished is still marked down
-// within a minute; a node that crashed or closed its socket is seen at
-// once (its TCP connection ends), so the window only matters for a node
-// cut off without a word (a dead host, a partition). A hub takes these
-// when it is made (New); they are variables only so that tests can
-// shorten them.
+// and a pong written (30 to 60 µs of console CPU on a small machine), so
+// 10,000 nodes pinging every 15 s spent most of an idle console's CPU on
+// keepalives. Every 30 s halves that, and a node that vanished is still
+// marked down within a minute; a node that crashed or closed its socket
+// is seen at once (its TCP connection ends), so the window only matters
+// for a node cut off without a word (a dead host, a partition). A hub
+// takes these when it is made (New); they are variables only so that
+// tests can shorten them.
 var (
 	writeTimeout = 10 * time.Second
 	pingInterval = 45 * time.Second
