@@ -690,7 +690,7 @@ func (h *Hub) handle(c *conn, msg any) error {
 	}
 	if !c.dirty {
 		c.dirty = true
-		h.changed()
+		h.markDirty(c)
 	}
 	return nil
 }

@@ -164,6 +164,8 @@ type Hub struct {
 	push    atomic.Pointer[plan] // what the nodes should run, as last read
 	gen     atomic.Uint64        // push state reads started
 	pending atomic.Int64         // registry changes since the last flush
+	dirtyMu sync.Mutex           // guards dirty
+	dirty   []*conn              // connections whose dirty flag was set since the last flush
 	tokens  tokenChecks          // what recheck knows of the node tokens (conn.go)
 	kick    chan struct{}
 
@@ -297,7 +299,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := h.flush(fctx, time.Now()); err != nil {
+	if err := h.flush(fctx, time.Now(), true); err != nil {
 		return fmt.Errorf("hub: final registry flush: %w", err)
 	}
 	return nil
