@@ -32,6 +32,7 @@ import (
 
 	"github.com/sluicehq/sluice/backend"
 	"github.com/sluicehq/sluice/backend/store"
+	"github.com/sluicehq/sluice/enforcer/subscriber"
 	"github.com/sluicehq/sluice/internal/serve"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules/wire"
@@ -56,7 +57,7 @@ func fleetRules(getenv func(string) string) int {
 
 // runFleet connects n nodes speaking the real protocol: each decodes every
 // snapshot, verifies its checksum and acks it, and while idle sends what
-// enforcer/subscriber sends then: a keepalive ping every 15 s and nothing
+// enforcer/subscriber sends then: a keepalive ping every 30 s and nothing
 // else.
 // When all n acked a version, it prints "acked VERSION UNIX_NANOS" with
 // the time of the last ack. A node whose connection ends reconnects the
@@ -219,9 +220,8 @@ func runFleet(n int, baseURL, tokenFile string) int {
 	}
 }
 
-// fleetPingInterval is the fleet nodes' keepalive, enforcer/subscriber's
-// DefaultPingInterval.
-const fleetPingInterval = 15 * time.Second
+// fleetPingInterval is the fleet nodes' keepalive, enforcer/subscriber's.
+const fleetPingInterval = subscriber.DefaultPingInterval
 
 // fleetReport is every fleet node's stats report, naming rules rules of
 // the benchmark's domain (k0, k1...), each with a limited value: the same
@@ -515,7 +515,7 @@ var fleetSizes = []int{1, 10, 100, 1000, 10000}
 // with the version travelling the multi-replica way (the publish commits in
 // this process, the console learns of it by LISTEN/NOTIFY). Each node
 // verifies the snapshot's checksum before acking and, idle, sends nothing
-// but a keepalive ping every 15 s, as enforcer/subscriber does; the idle
+// but a keepalive ping every 30 s, as enforcer/subscriber does; the idle
 // window measures what such a fleet costs. It reports p50, p99 and max over the b.N publishes (use
 // -benchtime=NNx), and the console's heap and stack memory per connected
 // node (the nodes live in the child process, so this process holds only

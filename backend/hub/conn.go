@@ -43,13 +43,11 @@ type conn struct {
 	writing bool     // a writer goroutine runs; guarded by wmu
 	behind  int      // versions offered since the last write completed; guarded by wmu
 
-	ctx        context.Context // ends when the connection is dropped: aborts writes and pings
-	stopWriter context.CancelFunc
-	pinging    atomic.Bool // a keepalive ping is in flight (keepaliveLoop)
-	dropOnce   sync.Once
-	cause      closeError    // why the console closed the connection; set once, before dropped
-	dropped    atomic.Bool   // drop was called
-	closed     chan struct{} // closed once the websocket is closed
+	pinging  atomic.Bool // a keepalive ping is in flight (keepaliveLoop)
+	dropOnce sync.Once
+	cause    closeError    // why the console closed the connection; set once, before dropped
+	dropped  atomic.Bool   // drop was called
+	closed   chan struct{} // closed once the websocket is closed
 
 	mu        sync.Mutex // guards the fields below
 	node      store.Node
@@ -84,18 +82,29 @@ func (e closeError) Error() string {
 }
 
 // drop closes the connection with code and reason, once, without waiting:
-// a writer blocked on a slow node is aborted, and the close handshake runs
-// in the background.
+// the close handshake runs in the background. A write in progress is let
+// finish (the close frame waits for it, at most 5 s, before the library
+// closes the socket); abort is for a node that stopped taking writes.
 func (c *conn) drop(code websocket.StatusCode, reason string) {
 	c.dropOnce.Do(func() {
 		c.cause = closeError{code: code, reason: wire.Cut(reason, 120)}
 		c.dropped.Store(true)
-		c.stopWriter()
 		go func() {
 			c.ws.Close(code, c.cause.reason)
 			close(c.closed)
 		}()
 	})
+}
+
+// abort drops the connection and closes its socket at once: a write
+// blocked on a node that stopped reading returns now, not when the close
+// handshake gives up. Writes and pings run with a context that never ends
+// (a context with a Done channel costs the library's per-connection
+// timeout goroutine a wake-up on it with every frame), so closing the
+// socket is how they are cancelled.
+func (c *conn) abort(code websocket.StatusCode, reason string) {
+	c.drop(code, reason)
+	c.out.Conn.Close()
 }
 
 // row returns a copy of the node's registry row; caller holds c.mu. The
@@ -145,8 +154,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, secre
 
 // serve runs one accepted node stream until it closes.
 func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, in *lastRead, addr string, tokenID int64, secret string, actor store.Actor) {
-	wctx, stopWriter := context.WithCancel(context.Background())
-	c := &conn{ws: ws, out: out, in: in, tokenID: tokenID, secret: secret, ctx: wctx, stopWriter: stopWriter, closed: make(chan struct{})}
+	c := &conn{ws: ws, out: out, in: in, tokenID: tokenID, secret: secret, closed: make(chan struct{})}
 
 	if err := h.open(c, addr, tokenID, actor); err != nil {
 		h.finish(c, addr, err)
@@ -363,34 +371,35 @@ func (c *conn) offer(h *Hub, snap *encoded) {
 	}
 	if behind > behindLimit {
 		h.nodeLog(c.node.ID, slog.LevelWarn, "node too far behind; dropping its connection", "node_id", c.node.ID, "version", snap.version)
-		c.drop(websocket.StatusTryAgainLater, "too far behind; reconnect for the latest snapshot")
+		c.abort(websocket.StatusTryAgainLater, "too far behind; reconnect for the latest snapshot")
 	}
 }
 
 // write sends the offered snapshots until none is waiting, or the
-// connection is dropped. A write that times out drops the node.
+// connection is dropped. A write that times out aborts the node.
 func (h *Hub) write(c *conn) {
 	for {
 		c.wmu.Lock()
 		m := c.next
 		c.next = nil
-		if m == nil || c.ctx.Err() != nil {
+		if m == nil || c.dropped.Load() {
 			c.writing = false
 			c.wmu.Unlock()
 			return
 		}
 		c.wmu.Unlock()
-		// The deadline is a timer that drops the node, not a context
-		// derived from c.ctx: each derived context would leave a children
-		// map on c.ctx for the connection's life.
+		// The deadline is a timer, stopped when the write returns, that
+		// aborts the node: a context with a deadline would be a timer
+		// too, plus a Done channel the library's timeout goroutine
+		// selects on for every frame.
 		deadline := time.AfterFunc(h.writeTimeout, func() {
 			h.nodeLog(c.node.ID, slog.LevelInfo, "send snapshot timed out; dropping the node", "node_id", c.node.ID, "version", m.version)
-			c.drop(websocket.StatusTryAgainLater, "write timed out")
+			c.abort(websocket.StatusTryAgainLater, "write timed out")
 		})
 		if len(m.data) > writeBufferSize {
 			c.out.arm()
 		}
-		err := c.ws.Write(c.ctx, websocket.MessageText, m.data)
+		err := c.ws.Write(context.Background(), websocket.MessageText, m.data)
 		if rerr := c.out.release(); err == nil {
 			err = rerr
 		}
@@ -399,7 +408,7 @@ func (h *Hub) write(c *conn) {
 		c.behind = 0
 		c.wmu.Unlock()
 		if err != nil {
-			if c.ctx.Err() == nil {
+			if !c.dropped.Load() {
 				h.nodeLog(c.node.ID, slog.LevelInfo, "send snapshot failed; dropping the node", "node_id", c.node.ID, "version", m.version, "error", err)
 				c.drop(websocket.StatusTryAgainLater, "write failed")
 			}
@@ -414,10 +423,12 @@ func (h *Hub) write(c *conn) {
 // keepaliveLoop pings, every tick, the registered nodes that sent nothing
 // for pingInterval, their keepalive window, until ctx ends. One ticker
 // serves every connection: a node that pings the console more often than
-// that (enforcer/subscriber pings every 15 s), or reports stats, costs it
-// one atomic load a tick, and holds no timer.
+// that (enforcer/subscriber pings every 30 s), or reports stats, costs it
+// one atomic load a tick, and holds no timer. A tick is a ninth of the
+// window (5 s of 45 s): a scan of 10,000 connections takes a few
+// milliseconds, and a silent node is pinged at most a tick late.
 func (h *Hub) keepaliveLoop(ctx context.Context) {
-	tick := time.NewTicker(min(time.Second, h.pingInterval/4))
+	tick := time.NewTicker(min(5*time.Second, h.pingInterval/9))
 	defer tick.Stop()
 	var quiet []*conn
 	for {
@@ -451,10 +462,12 @@ func (h *Hub) keepaliveLoop(ctx context.Context) {
 // Postgres with the next heartbeat (heartbeatEvery).
 func (h *Hub) ping(c *conn) {
 	defer c.pinging.Store(false)
-	deadline := time.AfterFunc(h.writeTimeout, func() { c.drop(websocket.StatusGoingAway, "ping timed out") })
-	err := c.ws.Ping(c.ctx)
+	// Ping returns with the pong, or once the connection is closed: the
+	// timer aborts it then.
+	deadline := time.AfterFunc(h.writeTimeout, func() { c.abort(websocket.StatusGoingAway, "ping timed out") })
+	err := c.ws.Ping(context.Background())
 	deadline.Stop()
-	if err != nil && c.ctx.Err() == nil {
+	if err != nil && !c.dropped.Load() {
 		c.drop(websocket.StatusGoingAway, "ping failed")
 	}
 }
@@ -496,7 +509,14 @@ func (h *Hub) read(ctx context.Context, c *conn) error {
 			}
 			return fmt.Errorf("read: %w", err)
 		}
-		q, err := h.apply(c, buf)
+		var q *wire.Quota
+		if v, ok := plainAck(buf.Bytes()); ok {
+			// Here: an ack is most of what a publish brings back, and
+			// applying it is shallow (no decode to keep off this stack).
+			err = h.handle(c, &wire.Ack{Type: wire.TypeAck, Version: v})
+		} else {
+			q, err = h.apply(c, buf)
+		}
 		putReadBuffer(buf)
 		if err == nil && q != nil {
 			// On a goroutine of its own, for the same reason as decodeJob:
@@ -509,6 +529,33 @@ func (h *Hub) read(ctx context.Context, c *conn) error {
 			return err
 		}
 	}
+}
+
+// ackPrefix starts an ack as encoding/json writes wire.Ack, which is how
+// every node sends one.
+const ackPrefix = `{"type":"` + wire.TypeAck + `","version":`
+
+// plainAck returns the version of an ack written exactly as encoding/json
+// writes wire.Ack (a decimal version of at most 18 digits and nothing
+// else); anything else, an ack written another way included, is for
+// wire.Decode.
+func plainAck(data []byte) (int64, bool) {
+	digits, ok := bytes.CutPrefix(data, []byte(ackPrefix))
+	if !ok {
+		return 0, false
+	}
+	digits, ok = bytes.CutSuffix(digits, []byte("}"))
+	if !ok || len(digits) == 0 || len(digits) > 18 || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	var v int64
+	for _, d := range digits {
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(d-'0')
+	}
+	return v, true
 }
 
 // decodeJob is one node message handed to the decoders: a connection's
@@ -643,7 +690,7 @@ func (h *Hub) handle(c *conn, msg any) error {
 	}
 	if !c.dirty {
 		c.dirty = true
-		h.changed()
+		h.markDirty(c)
 	}
 	return nil
 }

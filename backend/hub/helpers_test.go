@@ -152,11 +152,17 @@ func (e *env) startConsole() *console {
 // startConsoleLog is startConsole logging to log.
 func (e *env) startConsoleLog(log *slog.Logger) *console {
 	e.t.Helper()
+	return e.startConsoleAt("127.0.0.1:0", log)
+}
+
+// startConsoleAt is startConsoleLog listening on listen.
+func (e *env) startConsoleAt(listen string, log *slog.Logger) *console {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrs := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		cfg := backend.Config{Listen: "127.0.0.1:0", DatabaseURL: e.dbURL, AdminPassword: "test-password", PasswordCost: bcrypt.MinCost}
+		cfg := backend.Config{Listen: listen, DatabaseURL: e.dbURL, AdminPassword: "test-password", PasswordCost: bcrypt.MinCost}
 		done <- backend.Run(ctx, cfg, log, io.Discard, func(a net.Addr) { addrs <- a })
 	}()
 	c := &console{}

@@ -81,14 +81,24 @@ import (
 
 // The keepalive: a node that sent nothing for pingInterval, its keepalive
 // window, is pinged, and dropped when the pong (or a write) takes
-// writeTimeout: a node gone silent shows disconnected at most 30 s later.
-// An idle enforcer pings the console every 15 s
-// (subscriber.DefaultPingInterval), within the window, so the console
-// never pings it. A hub takes them when it is made (New); they are
-// variables only so that tests can shorten them.
+// writeTimeout: a node gone silent shows disconnected at most a minute
+// later (the window, the ping timeout, one 5 s tick of keepaliveLoop and
+// the registry's next flush). An idle enforcer pings the console every
+// 30 s (subscriber.DefaultPingInterval), well within the window, so the
+// console never pings it.
+//
+// The period is what an idle fleet costs: each node ping is a frame read
+// and a pong written (30 to 60 µs of console CPU on a small machine), so
+// 10,000 nodes pinging every 15 s spent most of an idle console's CPU on
+// keepalives. Every 30 s halves that, and a node that vanished is still
+// marked down within a minute; a node that crashed or closed its socket
+// is seen at once (its TCP connection ends), so the window only matters
+// for a node cut off without a word (a dead host, a partition). A hub
+// takes these when it is made (New); they are variables only so that
+// tests can shorten them.
 var (
 	writeTimeout = 10 * time.Second
-	pingInterval = 20 * time.Second
+	pingInterval = 45 * time.Second
 	// recheckEvery is how often the node tokens of open connections are
 	// checked again: a token disabled, rotated or expired, or whose owner
 	// lost it (store.FindToken), ends its connection within this time, and
@@ -154,6 +164,8 @@ type Hub struct {
 	push    atomic.Pointer[plan] // what the nodes should run, as last read
 	gen     atomic.Uint64        // push state reads started
 	pending atomic.Int64         // registry changes since the last flush
+	dirtyMu sync.Mutex           // guards dirty
+	dirty   []*conn              // connections whose dirty flag was set since the last flush
 	tokens  tokenChecks          // what recheck knows of the node tokens (conn.go)
 	kick    chan struct{}
 
@@ -287,7 +299,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := h.flush(fctx, time.Now()); err != nil {
+	if err := h.flush(fctx, time.Now(), true); err != nil {
 		return fmt.Errorf("hub: final registry flush: %w", err)
 	}
 	return nil

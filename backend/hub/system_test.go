@@ -9,8 +9,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,6 +104,50 @@ func TestConsoleKilledAndRestarted(t *testing.T) {
 	waitFor(t, "the restarted console to show n1 on v4", func() bool {
 		got := e.nodes(restarted.url)["n1"]
 		return got.AppliedVersion == v4 && got.Status == "connected"
+	})
+}
+
+// TestConsoleRestartReacksEveryNode restarts a console gracefully under
+// restartNodes real subscribers, with a version published while it is
+// down: every node comes back to the new console, applies that version,
+// and the registry shows every one connected on it (each ack reached
+// Postgres). BenchmarkPush's restart/nodes=10000 runs the same at fleet
+// size and reports its time.
+func TestConsoleRestartReacksEveryNode(t *testing.T) {
+	t.Parallel()
+	const restartNodes = 1000
+	e := newEnv(t)
+	log := slog.New(slog.DiscardHandler)
+	c := e.startConsoleAt("127.0.0.1:0", log)
+	v1 := e.publish("api", domainYAML("api", 1))
+	nodes := make([]*enforcerNode, restartNodes)
+	for i := range nodes {
+		nodes[i] = e.startNode(c.url, fmt.Sprintf("n%03d", i), "")
+	}
+	allOn := func(v int64) func() bool {
+		return func() bool {
+			for _, n := range nodes {
+				if n.eng.Version() != v {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor(t, "every node on v1", allOn(v1))
+
+	c.stop() // going away: the nodes reconnect within their backoff
+	v2 := e.publish("api", domainYAML("api", 2))
+	back := e.startConsoleAt(strings.TrimPrefix(c.url, "http://"), log)
+	waitFor(t, "every node on v2", allOn(v2))
+	waitFor(t, "the registry to show every node connected on v2", func() bool {
+		reg := e.nodes(back.url)
+		for i := range nodes {
+			if n := reg[fmt.Sprintf("n%03d", i)]; n.Status != "connected" || n.AppliedVersion != v2 {
+				return false
+			}
+		}
+		return true
 	})
 }
 

@@ -63,7 +63,12 @@ const restartSpread = 5 * time.Second
 
 // Timing defaults.
 const (
-	DefaultPingInterval  = 15 * time.Second
+	// DefaultPingInterval is within the console's keepalive window
+	// (45 s, backend/hub), which it must stay within: the console pings
+	// a node silent for its window and drops it if the pong does not
+	// come. Each ping costs the console a frame read and a pong written,
+	// so an idle fleet's console CPU is proportional to 1/PingInterval.
+	DefaultPingInterval  = 30 * time.Second
 	DefaultMinBackoff    = 100 * time.Millisecond
 	DefaultMaxBackoff    = 10 * time.Second
 	DefaultStatsInterval = time.Second
