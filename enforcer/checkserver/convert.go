@@ -23,17 +23,23 @@ import (
 func toRequest(m *rlsv3.RateLimitRequest) (engine.Request, error) {
 	descs := m.GetDescriptors()
 	req := engine.Request{
-		Domain:      m.GetDomain(),
-		Descriptors: make([]engine.Descriptor, len(descs)),
-		Hits:        uint64(m.GetHitsAddend()),
+		Domain: m.GetDomain(),
+		Hits:   uint64(m.GetHitsAddend()),
 	}
-	// One backing array for every descriptor's entries: one allocation per
-	// check instead of one per descriptor.
+	// One backing array for every descriptor's entries, and for a request
+	// of one descriptor of a few entries (most are) one allocation for
+	// the descriptor and its entries.
 	n := 0
 	for _, d := range descs {
 		n += len(d.GetEntries())
 	}
-	all := make([]rules.Entry, n)
+	var all []rules.Entry
+	if len(descs) == 1 && n <= len(oneDescriptor{}.entries) {
+		one := new(oneDescriptor)
+		req.Descriptors, all = one.desc[:], one.entries[:n]
+	} else {
+		req.Descriptors, all = make([]engine.Descriptor, len(descs)), make([]rules.Entry, n)
+	}
 	for i, d := range descs {
 		if d.GetIsNegativeHits() {
 			return engine.Request{}, fmt.Errorf("%w: descriptors[%d]: is_negative_hits is not supported", engine.ErrInvalidRequest, i)
@@ -62,6 +68,13 @@ func toRequest(m *rlsv3.RateLimitRequest) (engine.Request, error) {
 		}
 	}
 	return req, nil
+}
+
+// oneDescriptor holds the descriptor of a one-descriptor request and its
+// entries, allocated together.
+type oneDescriptor struct {
+	desc    [1]engine.Descriptor
+	entries [3]rules.Entry
 }
 
 func fromUnit(u typev3.RateLimitUnit) rules.Unit {

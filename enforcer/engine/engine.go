@@ -452,7 +452,18 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	if err := checkRequest(&req); err != nil {
 		return Result{}, err
 	}
-	res := Result{Code: OK, Statuses: make([]Status, len(req.Descriptors)), Version: rs.version}
+	// A request of one descriptor (most are) gets its status and its store
+	// request in one allocation.
+	var reqs []limiter.Request
+	res := Result{Code: OK, Version: rs.version}
+	if len(req.Descriptors) == 1 {
+		one := new(oneCheck)
+		res.Statuses, reqs = one.status[:], one.req[:0]
+	} else {
+		res.Statuses = make([]Status, len(req.Descriptors))
+		reqs = make([]limiter.Request, 0, len(res.Statuses))
+	}
+	idx := make([]int, 0, len(res.Statuses)) // reqs[j] is for res.Statuses[idx[j]]
 
 	for i, d := range req.Descriptors {
 		l := rs.set.Match(req.Domain, d.Entries)
@@ -491,9 +502,7 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		hits = 1
 	}
 	var (
-		reqs = make([]limiter.Request, 0, len(res.Statuses))
-		idx  = make([]int, 0, len(res.Statuses))
-		adj  []adjustment // per status; nil unless some limit is sharded or shaped
+		adj []adjustment // per status; nil unless some limit is sharded or shaped
 		// globals are the statuses of scope: global limits (WithRegions).
 		globals []globalHit
 		now     time.Time
@@ -574,6 +583,12 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// oneCheck holds what Check allocates for a request of one descriptor.
+type oneCheck struct {
+	status [1]Status
+	req    [1]limiter.Request
 }
 
 // peek reads, without consuming, the counter state of the statuses at which
