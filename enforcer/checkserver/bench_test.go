@@ -97,11 +97,7 @@ func BenchmarkGRPCCheck(b *testing.B) {
 }
 
 func benchGRPC(b *testing.B, name string, keys, callers int) {
-	opts := []grpc.ServerOption{grpc.NumStreamWorkers(256)}
-	if name == "node" || name == "node-local" {
-		opts = append(opts, grpc.ForceServerCodecV2(checkserver.Codec())) // as the enforcer runs it
-	}
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(grpc.NumStreamWorkers(256))
 	var rdb *limiter.Redis // as enforcer/node builds it
 	if name == "floor-redis" || name == "node" {
 		client, err := limiter.NewClient(testenv.RedisURL(b), limiter.WithTimeout(limiter.DefaultTimeout), limiter.WithDialTimeout(limiter.DefaultTimeout))
