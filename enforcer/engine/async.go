@@ -76,11 +76,19 @@ const (
 	DefaultAsyncTimeout  = 500 * time.Millisecond
 )
 
-// asyncTick is the resolution of the times hits are counted at.
+// asyncTick is how often keys near their limit are flushed.
 const asyncTick = 10 * time.Millisecond
 
-// maxAsyncSlots bounds the times kept per key (while flushes fail).
-const maxAsyncSlots = 64
+// asyncSlot is the resolution of the times hits are counted at.
+const asyncSlot = time.Millisecond
+
+// maxAsyncSlots bounds the times kept per key.
+const maxAsyncSlots = 128
+
+// asyncShare sets a key's share on a node, S = C / (asyncShare·N): the
+// hits (1% of the limit's capacity C over the fleet) a node may admit
+// without a view of the key, and keep unflushed while far from the limit.
+const asyncShare = 100
 
 // AsyncOptions configures WithAsync; zero values mean the defaults.
 type AsyncOptions struct {
@@ -149,11 +157,18 @@ type asyncs struct {
 	lastSweep time.Time
 
 	qmu     sync.Mutex
-	queue   []*akey // keys with pending hits, each once
-	urgent  []*akey // of those, keys near their limit: flushed every tick
-	running bool    // the flush loop runs
+	queue   []aqueued // keys with pending hits, in the order they got them
+	due     []*akey   // of those, keys to flush at the next interval
+	urgent  []*akey   // of those, keys near their limit: flushed every tick
+	running bool      // the flush loop runs
 	stop    chan struct{}
 	loopWG  sync.WaitGroup
+}
+
+// aqueued is a key queued at since.
+type aqueued struct {
+	k     *akey
+	since time.Time
 }
 
 // akey is one async key on this node.
@@ -173,9 +188,11 @@ type akey struct {
 	npending int64
 	inflight int64         // hits in a flush not answered yet
 	flushing chan struct{} // closed when the flush in flight ends
-	failed   bool          // the last flush failed
-	queued   bool
-	urgent   bool // in as.urgent
+	failed   bool          // the last flush found Redis unreachable
+	stale    bool          // the last flush failed (unreachable or slow)
+	queued   bool          // in as.queue
+	due      bool          // in as.due
+	urgent   bool          // in as.urgent
 	dead     bool
 	// The key's rate on this node: hits since rateStart, and the rate.
 	hits      int64
@@ -348,51 +365,73 @@ func (k *akey) capacity() int64 {
 	return k.req.Limit
 }
 
+// share is the key's share S on a node of nodes (see the package doc).
+func (k *akey) share(nodes int64) int64 {
+	return k.capacity() / (asyncShare * max(nodes, 1))
+}
+
 // reserve admits hits from the local view if it is far enough from the
-// limit (see the package doc), adding them to the pending hits.
+// limit, or, without a view, if they fit in the key's share (see the
+// package doc), adding them to the pending hits.
 func (k *akey) reserve(as *asyncs, hits, nodes int64, now time.Time) (aheld, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.last = now
 	rate := k.observe(hits, now)
-	if k.dead || k.failed || !k.have {
+	if k.dead || k.failed {
 		return aheld{}, false
 	}
 	if b := as.e.breaker; b != nil && b.State() == breaker.Open {
 		return aheld{}, false // the store is down: the failure modes answer
 	}
+	share := k.share(nodes)
+	unflushed := k.npending + k.inflight
 	age := now.Sub(k.knownAt)
-	if age > as.opts.MaxAge {
-		return aheld{}, false
-	}
 	known, resetAt := k.known, k.resetAt
-	if !now.Before(resetAt) {
+	if !k.have {
+		known, resetAt = k.capacity(), now.Add(k.req.Period)
+	} else if !now.Before(resetAt) {
 		known = k.capacity() // back to full since
 		resetAt = now
 	}
-	est := known - k.npending - k.inflight - hits
-	d := time.Duration(as.rtt.Load())
-	margin := float64(nodes)*rate*(age+as.opts.Interval+2*d).Seconds() + float64(nodes*hits)
-	if float64(est) < margin {
-		return aheld{}, false
+	est := known - unflushed - hits
+	var margin float64
+	if !k.have || age > as.opts.MaxAge {
+		// No view, or too old to plan with: the hits must fit in the
+		// share, whatever the fleet did unseen.
+		if k.stale || unflushed+hits > share {
+			return aheld{}, false
+		}
+	} else {
+		d := time.Duration(as.rtt.Load())
+		margin = float64(nodes)*rate*(age+as.opts.Interval+2*d).Seconds() + float64(nodes*hits) + float64((nodes-1)*share)
+		if float64(est) < margin {
+			return aheld{}, false
+		}
 	}
-	if n := len(k.pending); n > 0 && now.Sub(k.pending[n-1].at) < asyncTick {
+	at := now.Truncate(asyncSlot)
+	if n := len(k.pending); n > 0 && !k.pending[n-1].at.Before(at) {
 		k.pending[n-1].hits += hits
 	} else if n >= maxAsyncSlots {
 		k.pending[n-1].hits += hits // its earlier time only makes them count sooner
 	} else {
-		k.pending = append(k.pending, aslot{at: now.Truncate(asyncTick), hits: hits})
+		k.pending = append(k.pending, aslot{at: at, hits: hits})
 	}
 	k.npending += hits
 	if !k.queued {
 		k.queued = true
-		as.enqueue(k, false)
+		as.enqueue(k, queueDeferred, now)
 	}
-	if !k.urgent && float64(est) < 2*margin {
+	if !k.due && k.npending >= share {
+		// More than the share unflushed: sent at the next interval.
+		k.due = true
+		as.enqueue(k, queueDue, now)
+	}
+	if !k.urgent && margin > 0 && float64(est) < 2*margin {
 		// Near the limit: flushed every tick, so that when another node
 		// goes exact, Redis lacks at most a tick of this one's hits.
 		k.urgent = true
-		as.enqueue(k, true)
+		as.enqueue(k, queueUrgent, now)
 	}
 	return aheld{k: k, hits: hits, remaining: max(est, 0), resetAfter: max(resetAt.Sub(now), 0)}, true
 }
@@ -441,7 +480,7 @@ func (k *akey) learn(gen uint64, remaining int64, resetAfter time.Duration, sent
 	if k.gen != gen {
 		return
 	}
-	k.have, k.failed = true, false
+	k.have, k.failed, k.stale = true, false, false
 	k.known, k.knownAt = remaining, sent
 	k.resetAt = time.Now().Add(resetAfter)
 }
@@ -475,14 +514,24 @@ func (as *asyncs) sync(ctx context.Context, k *akey) uint64 {
 	return k.gen
 }
 
-// enqueue adds k to the keys the flush loop sends (every interval, or
-// every tick when urgent), starting the loop.
-func (as *asyncs) enqueue(k *akey, urgent bool) {
+// The queues of enqueue.
+const (
+	queueDeferred = iota // flushed once its hits are MaxAge old
+	queueDue             // flushed at the next interval
+	queueUrgent          // flushed at the next tick
+)
+
+// enqueue adds k to one of the queues the flush loop sends, starting the
+// loop.
+func (as *asyncs) enqueue(k *akey, queue int, now time.Time) {
 	as.qmu.Lock()
-	if urgent {
+	switch queue {
+	case queueUrgent:
 		as.urgent = append(as.urgent, k)
-	} else {
-		as.queue = append(as.queue, k)
+	case queueDue:
+		as.due = append(as.due, k)
+	default:
+		as.queue = append(as.queue, aqueued{k, now})
 	}
 	start := !as.running && !as.closed.Load()
 	if start {
@@ -495,9 +544,9 @@ func (as *asyncs) enqueue(k *akey, urgent bool) {
 	}
 }
 
-// loop flushes the queued keys every interval, and the urgent ones every
-// tick (asyncTick); it ends after a second with nothing to send (enqueue
-// starts it again).
+// loop flushes the urgent keys every tick (asyncTick), the due ones every
+// interval, and the others once their oldest hits are MaxAge old; it ends
+// after a second with nothing queued (enqueue starts it again).
 func (as *asyncs) loop() {
 	defer as.loopWG.Done()
 	tick := min(asyncTick, as.opts.Interval)
@@ -516,10 +565,17 @@ func (as *asyncs) loop() {
 		as.urgent = nil
 		if since >= as.opts.Interval {
 			since = 0
-			keys = append(keys, as.queue...)
-			as.queue = nil
+			keys = append(keys, as.due...)
+			as.due = nil
+			cutoff := time.Now().Add(as.opts.Interval - as.opts.MaxAge)
+			n := 0
+			for n < len(as.queue) && as.queue[n].since.Before(cutoff) {
+				keys = append(keys, as.queue[n].k)
+				n++
+			}
+			as.queue = slices.Delete(as.queue, 0, n)
 		}
-		if len(keys) == 0 && len(as.queue) == 0 {
+		if len(keys) == 0 && len(as.queue) == 0 && len(as.due) == 0 {
 			idle += tick
 			if idle >= time.Second {
 				as.running = false
@@ -536,28 +592,27 @@ func (as *asyncs) loop() {
 }
 
 // flush sends the pending hits of keys in one Redis.Flush and sets their
-// views from the answer. Keys that fail keep their hits (and are queued
-// again); keys with a flush in flight are queued again.
+// views from the answer. Keys that fail keep their hits, and keys with a
+// flush in flight, are flushed again at the next interval.
 func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 	fs := make([]limiter.Flush, 0, len(keys))
 	sent := make([]*akey, 0, len(keys))
 	slots := make([][]aslot, 0, len(keys))
 	var again []*akey
 	now := time.Now()
-	d := time.Duration(as.rtt.Load()) / 2
 	for _, k := range keys {
 		k.mu.Lock()
-		k.queued, k.urgent = false, false
+		k.queued, k.due, k.urgent = false, false, false
 		switch {
 		case k.npending == 0 && k.flushing == nil:
 			// Nothing to send (released, or flushed by a check).
 		case k.flushing != nil:
-			k.queued = true
+			k.queued, k.due = true, true
 			again = append(again, k)
 		default:
 			adm := make([]limiter.Admitted, len(k.pending))
 			for i, s := range k.pending {
-				adm[i] = limiter.Admitted{Age: now.Sub(s.at) + d, Hits: s.hits}
+				adm[i] = limiter.Admitted{Age: now.Sub(s.at), Hits: s.hits}
 			}
 			fs = append(fs, limiter.Flush{Req: k.req, Admitted: adm})
 			slots = append(slots, k.pending)
@@ -569,15 +624,13 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 		k.mu.Unlock()
 	}
 	if len(again) > 0 {
-		as.qmu.Lock()
-		as.queue = append(as.queue, again...)
-		as.qmu.Unlock()
+		as.requeue(again, now)
 	}
 	if len(fs) == 0 {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), as.opts.Timeout)
-	out, err := as.redis.Flush(fctx, fs)
+	out, err := as.redis.Flush(fctx, now, fs)
 	cancel()
 	done := time.Now()
 	as.flushes.Add(1)
@@ -603,18 +656,19 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 			// modes answer. Slow (a timeout): its view keeps ageing, and
 			// the margin grows with it, up to MaxAge.
 			k.failed = k.failed || StoreDown(ferr)
+			k.stale = true
 			// Kept, older than anything pending since, and sent again.
 			k.pending = append(slots[n], k.pending...)
 			if len(k.pending) > maxAsyncSlots {
 				k.pending = mergeSlots(k.pending)
 			}
 			k.npending += units
-			if !k.queued {
-				k.queued = true
+			if !k.due {
+				k.queued, k.due = true, true
 				retry = append(retry, k)
 			}
 		} else {
-			k.failed = false
+			k.failed, k.stale = false, false
 			k.have = true
 			k.known, k.knownAt = out[n].Remaining, now
 			k.resetAt = done.Add(out[n].ResetAfter)
@@ -628,10 +682,19 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 		as.flushErrors.Add(1)
 	}
 	if len(retry) > 0 {
-		as.qmu.Lock()
-		as.queue = append(as.queue, retry...)
-		as.qmu.Unlock()
+		as.requeue(retry, now)
 	}
+}
+
+// requeue queues keys for the next interval, and as deferred too (so that
+// a key queued is always in as.queue). Their flags are set.
+func (as *asyncs) requeue(keys []*akey, now time.Time) {
+	as.qmu.Lock()
+	as.due = append(as.due, keys...)
+	for _, k := range keys {
+		as.queue = append(as.queue, aqueued{k, now})
+	}
+	as.qmu.Unlock()
 }
 
 // mergeSlots folds the oldest slots into one at the oldest time, down to
@@ -663,13 +726,13 @@ func (as *asyncs) changed(set *rules.Set) {
 	for _, k := range gone {
 		k.mu.Lock()
 		k.dead = true
-		queue := k.npending > 0 && !k.queued
+		queue := k.npending > 0 && !k.due
 		if queue {
-			k.queued = true
+			k.due = true
 		}
 		k.mu.Unlock()
 		if queue {
-			as.enqueue(k, false)
+			as.enqueue(k, queueDue, time.Time{})
 		}
 	}
 }
@@ -691,8 +754,11 @@ func (as *asyncs) close(ctx context.Context) error {
 	}
 	as.mu.Unlock()
 	as.qmu.Lock()
-	keys = append(keys, as.queue...) // retired ones too
-	as.queue, as.urgent = nil, nil
+	for _, q := range as.queue { // retired ones too
+		keys = append(keys, q.k)
+	}
+	keys = append(keys, as.due...)
+	as.queue, as.due, as.urgent = nil, nil, nil
 	as.qmu.Unlock()
 	for range 3 { // a key with a flush in flight comes back once
 		var left []*akey
