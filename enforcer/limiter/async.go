@@ -74,25 +74,15 @@ func Asyncable(req Request) bool {
 func (r *Redis) Flush(ctx context.Context, at time.Time, fs []Flush) ([]Synced, error) {
 	out := make([]Synced, len(fs))
 	type call struct {
-		keys []string
-		args []any
-		idx  []int
-		cmd  *redis.Cmd
+		keys  []string
+		args  []any
+		idx   []int
+		cmd   *redis.Cmd
+		clock *redisClock
 	}
-	now, base := "", ""
-	sent := time.Now()
-	if at.IsZero() || at.After(sent) {
-		at = sent
-	}
+	now := ""
 	if r.now != nil {
 		now = strconv.FormatInt(r.now(), 10)
-	} else {
-		if !r.clock.known() {
-			r.calibrate(ctx) // the first flush: read Redis's clock first
-		}
-		if b, ok := r.clock.at(at); ok {
-			base = strconv.FormatInt(b, 10)
-		}
 	}
 	var calls []*call
 	open := map[int]*call{}
@@ -110,7 +100,7 @@ func (r *Redis) Flush(ctx context.Context, at time.Time, fs []Flush) ([]Synced, 
 		}
 		c := open[slot]
 		if c == nil || len(c.keys) >= maxFlushKeys || len(c.args)+6+2*len(f.Admitted) > maxFlushArgs {
-			c = &call{args: []any{now, base}}
+			c = &call{args: []any{now, ""}}
 			calls = append(calls, c)
 			open[slot] = c
 		}
@@ -123,6 +113,19 @@ func (r *Redis) Flush(ctx context.Context, at time.Time, fs []Flush) ([]Synced, 
 	}
 	if len(calls) == 0 {
 		return out, nil
+	}
+	sent := time.Now()
+	if at.IsZero() || at.After(sent) {
+		at = sent
+	}
+	if r.now == nil {
+		for _, c := range calls {
+			c.clock = r.clockOf(ctx, c.keys[0])
+			if b, ok := c.clock.at(at); ok {
+				c.args[1] = strconv.FormatInt(b, 10)
+			}
+		}
+		sent = time.Now()
 	}
 	if len(calls) == 1 {
 		c := calls[0]
@@ -143,14 +146,14 @@ func (r *Redis) Flush(ctx context.Context, at time.Time, fs []Flush) ([]Synced, 
 	}
 	received := time.Now()
 	reloaded := false
-	for n, c := range calls {
+	for _, c := range calls {
 		reply, err := c.cmd.Result()
 		var at int64
 		if err == nil {
 			at, err = decodeSynced(reply, out, c.idx)
 		}
-		if err == nil && n == 0 && r.now == nil {
-			r.clock.observe(sent, received, at)
+		if err == nil && c.clock != nil {
+			c.clock.observe(sent, received, at)
 		}
 		if err != nil {
 			if r.cluster != nil && !reloaded {
@@ -238,13 +241,42 @@ func (c *redisClock) known() bool {
 	return c.have
 }
 
-// calibrate reads Redis's clock (TIME) into the estimate; a failure leaves
-// it unknown (the flush then counts its hits back from when it runs).
-func (r *Redis) calibrate(ctx context.Context) {
-	s := time.Now()
-	t, err := r.client.Time(ctx).Result()
-	if err != nil {
-		return
+// redisClocks holds the clock estimates of one Redis: one, or on a
+// cluster one per master (each has its own clock), by address.
+type redisClocks struct {
+	one redisClock
+	mu  sync.Mutex
+	by  map[string]*redisClock
+}
+
+// clockOf returns the clock of the server that holds key (on a cluster,
+// key's master), reading it first (TIME) when it is not known yet. If that
+// fails, the clock stays unknown and the flush counts its hits back from
+// when it runs.
+func (r *Redis) clockOf(ctx context.Context, key string) *redisClock {
+	c, client := &r.clocks.one, redis.Cmdable(r.client)
+	if r.cluster != nil {
+		m, err := r.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return c
+		}
+		addr := m.Options().Addr
+		r.clocks.mu.Lock()
+		if r.clocks.by == nil {
+			r.clocks.by = map[string]*redisClock{}
+		}
+		if c = r.clocks.by[addr]; c == nil {
+			c = &redisClock{}
+			r.clocks.by[addr] = c
+		}
+		r.clocks.mu.Unlock()
+		client = m
 	}
-	r.clock.observe(s, time.Now(), t.UnixMicro())
+	if !c.known() {
+		s := time.Now()
+		if t, err := client.Time(ctx).Result(); err == nil {
+			c.observe(s, time.Now(), t.UnixMicro())
+		}
+	}
+	return c
 }

@@ -99,3 +99,39 @@ func TestFlushManyKeys(t *testing.T) {
 		t.Error("a shaping leaky bucket was flushed")
 	}
 }
+
+// TestFlushClock checks the estimate of Redis's clock that Flush times
+// hits with: after a few flushes it is never later than Redis's time, and
+// behind it by no more than a round trip and the time to read it.
+func TestFlushClock(t *testing.T) {
+	t.Parallel()
+	r, c, prefix := newTestRedis(t)
+	ctx := context.Background()
+	req := Request{Key: testKey(prefix, "clock"), Algorithm: rules.FixedWindow, Limit: 1000, Period: time.Minute}
+	for range 10 {
+		if got, err := r.Flush(ctx, time.Time{}, []Flush{{Req: req, Admitted: []Admitted{{Hits: 1}}}}); err != nil || got[0].Err != nil {
+			t.Fatalf("Flush: %v %+v", err, got)
+		}
+	}
+	clock := &r.clocks.one
+	for range 20 {
+		s := time.Now()
+		est, ok := clock.at(s)
+		x, err := c.Time(ctx).Result()
+		e := time.Now()
+		if err != nil || !ok {
+			t.Fatalf("TIME: %v; estimate known %v", err, ok)
+		}
+		clock.mu.Lock()
+		rtt := clock.rtt
+		clock.mu.Unlock()
+		// Redis read x at or after s: the estimate of its time at s is
+		// at most x, and at least x less (e − s) less the estimate's error.
+		if est > x.UnixMicro() {
+			t.Errorf("estimate %d µs is later than Redis's time %d µs", est, x.UnixMicro())
+		}
+		if lag := time.Duration(x.UnixMicro()-est) * time.Microsecond; lag > e.Sub(s)+rtt+time.Millisecond {
+			t.Errorf("estimate %v behind Redis, more than the read (%v) and the round trip (%v)", lag, e.Sub(s), rtt)
+		}
+	}
+}
