@@ -4,47 +4,64 @@ package engine
 //
 // A limit whose rule sets consistency: async is decided from the node's
 // local view while it is far from its limit: the node admits the request
-// without asking Redis, keeps the hits pending, and sends every key's
-// pending hits in one pipelined flush per interval (AsyncOptions.Interval,
-// default 100 ms; limiter.Redis.Flush), which counts them in Redis at the
-// times they were admitted (to 10 ms) and reports each limit's remaining:
-// the fleet's total, learnt in the same round trip. Near the limit the node
-// does not guess: the check goes to Redis exactly as with consistency:
-// exact (after flushing the key's pending hits first).
+// without asking Redis, keeps the hits pending, and sends them in a
+// pipelined flush (limiter.Redis.Flush: many keys per script call, one call
+// per hash slot on a cluster), which counts them in Redis at the times they
+// were admitted and reports each limit's remaining: the fleet's total,
+// learnt in the same round trip. Near the limit the node does not guess:
+// the check goes to Redis exactly as with consistency: exact (after
+// flushing the key's pending hits first).
 //
 // The local view of a key on node i: R, the remaining Redis reported at
 // its last flush or exact check, a time a ago (the limit's capacity once
 // its reset time has passed); P, the hits node i admitted that R does not
-// hold. A check of h hits is admitted locally when
+// hold. With C the limit's capacity (its burst, or its limit), N the node
+// count (the console's node_count), the key's share on a node is
 //
-//	R − P − h ≥ M,   M = N·r·(a + T + 2d) + N·h
+//	S = ⌊C / (100·N)⌋   (1% of the capacity over the fleet)
 //
-// with N the node count (the console's node_count), r the key's rate on
-// this node (hits/s, rising at once with a burst, decaying over a second),
-// T the flush interval and d the last flush round trip; otherwise it goes
-// exact. The first check of a key, one whose view is older than
-// AsyncOptions.MaxAge (2 s), and every check while the key's last flush
-// failed go exact too.
+// A check of h hits is admitted locally when the key has a view no older
+// than AsyncOptions.MaxAge (2 s) and
 //
-// The bound. Every admitted hit reaches Redis (locally admitted ones at
-// the next flush, exact ones at once), so Redis refuses a request only when
-// the fleet has admitted at least limit − h: async never under-admits
-// (short of the loss below). Over-admission: node i's locally admitted hits
-// fit in the true remaining unless the other nodes' hits it has not seen —
-// those since R was read and those pending on them then, at most
-// Σ_{j≠i} r_j·(a + T + 2d) — exceed M. When the load is spread evenly over
-// the nodes (r_j ≤ r_i·N/(N−1)), M covers them and the fleet admits at
-// most the limit. Otherwise each node over-admits at most what it admits
-// locally in one interval after the crossing, so in all
+//	R − P − h ≥ M,   M = N·r·(a + T + 2d) + N·h + (N − 1)·S
 //
-//	admitted ≤ limit + Σ_i r_i·(T + d) = limit + F·(T + d)
+// with r the key's rate on this node (hits/s, rising at once with a burst,
+// decaying over a second), T the flush interval (AsyncOptions.Interval,
+// default 100 ms) and d the last flush round trip; or, when it has no
+// view (its first check) or an older one, when P + h ≤ S: a node may admit
+// its share unseen, whatever the fleet did. Otherwise, and while the key's
+// last flush failed, the check goes exact. So a limit with C < 100·N has
+// no share: its first check, and checks on an old view, are exact.
 //
-// per window (F the fleet's rate on the key), and limit exactly under even
-// load. Hits are counted at their times rounded down to 10 ms, so a bucket
-// may also credit up to 10 ms of refill per flush (limit × 10 ms / period).
+// Flushes. A key's pending hits are sent at the next interval once P ≥ S,
+// at the next tick (10 ms) once R − P < 2M (near the limit), and otherwise
+// when the oldest of them are MaxAge old: a key far from its limit, checked
+// less than C/(100·N) times in MaxAge, costs Redis one key operation per
+// MaxAge instead of one per check. A node holds at most S + r·(T + d) of a
+// key's hits that Redis has not counted.
 //
-// Losses: hits admitted but not yet flushed when a node dies (at most its
-// r·(T + d) per key) are never counted: the fleet over-admits by them.
+// The bound. Every admitted hit reaches Redis (locally admitted ones by a
+// flush, exact ones at once), at a time never later than it was admitted:
+// the flush times hits on Redis's clock as estimated from earlier flushes
+// (limiter.Redis.Flush), rounded down to 1 ms. So Redis refuses a request
+// only when the fleet has admitted at least limit − h: async never
+// under-admits (short of the loss below). Over-admission: what Redis has
+// not counted when it or a node decides is at most Σ_i (S + r_i·(T + d))
+// = N·S + F·(T + d), with F the fleet's rate on the key; hits counted
+// early by up to δ = 1 ms + ρ (ρ the shortest flush round trip seen) may
+// fall in the window before their own at a window's start. Per window
+//
+//	admitted ≤ limit + N·S + F·(T + d + δ)   ≤ limit·1.01 + F·(T + d + δ)
+//
+// and, when the load is spread evenly over the nodes (r_j ≤ r_i·N/(N−1)),
+// M covers the other nodes' unflushed hits, so
+//
+//	admitted ≤ limit + N·S + F·δ.
+//
+// Buckets credit the same δ of refill per flush (limit × δ / period).
+//
+// Losses: hits admitted but not yet flushed when a node dies (at most
+// S + r·(T + d) per key) are never counted: the fleet over-admits by them.
 // Flushes that fail are kept and sent again at the next interval (a
 // window's hits count only while their window lasts). A flush that finds
 // Redis unreachable (refused, reset: StoreDown), or an open breaker, makes
@@ -52,9 +69,10 @@ package engine
 // closed, local) answer for them as for any limit; a flush that times out
 // (Redis slow or frozen) leaves the key deciding locally on its ageing
 // view (the margin grows with its age a) for at most MaxAge, then its
-// checks go exact and the failure modes answer. A rule change (Apply) retires
-// the keys whose limit changed and flushes their pending hits under the
-// old limit at the next interval. Close flushes everything.
+// checks go exact (no share while its flushes fail) and the failure modes
+// answer. A rule change (Apply) retires the keys whose limit changed and
+// flushes their pending hits under the old limit at the next interval.
+// Close flushes everything.
 
 import (
 	"context"
