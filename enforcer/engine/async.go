@@ -35,10 +35,12 @@ package engine
 //
 // Flushes. A key's pending hits are sent at the next interval once P ≥ S,
 // at the next tick (10 ms) once R − P < 2M (near the limit), and otherwise
-// when the oldest of them are MaxAge old: a key far from its limit, checked
-// less than C/(100·N) times in MaxAge, costs Redis one key operation per
-// MaxAge instead of one per check. A node holds at most S + r·(T + d) of a
-// key's hits that Redis has not counted.
+// at the last interval before the oldest of them are AsyncOptions.Hold
+// (10 s) old, or when the key holds 128 distinct times: a key far from its
+// limit, checked less than C/(100·N) times in 10 s, costs Redis one key
+// operation per 10 s instead of one per check. A node holds at most
+// S + r·(T + d) of a key's hits that Redis has not counted, so Redis lags
+// the fleet by at most N·S (1% of C) on a key far from its limit.
 //
 // The bound. Every admitted hit reaches Redis (locally admitted ones by a
 // flush, exact ones at once), at a time never later than it was admitted:
@@ -90,6 +92,7 @@ import (
 const (
 	DefaultAsyncInterval = 100 * time.Millisecond
 	DefaultAsyncMaxAge   = 2 * time.Second
+	DefaultAsyncHold     = 10 * time.Second
 	DefaultAsyncMaxKeys  = 100_000
 	DefaultAsyncTimeout  = 500 * time.Millisecond
 )
@@ -100,8 +103,9 @@ const asyncTick = 10 * time.Millisecond
 // asyncSlot is the resolution of the times hits are counted at.
 const asyncSlot = time.Millisecond
 
-// maxAsyncSlots bounds the times kept per key.
-const maxAsyncSlots = 128
+// maxAsyncSlots bounds the times kept per key; a key holding half as many
+// is flushed at the next interval, so its hits keep their times.
+const maxAsyncSlots = 256
 
 // asyncShare sets a key's share on a node, S = C / (asyncShare·N): the
 // hits (1% of the limit's capacity C over the fleet) a node may admit
@@ -114,8 +118,12 @@ type AsyncOptions struct {
 	// (default DefaultAsyncInterval).
 	Interval time.Duration
 	// MaxAge is how old a key's view may be for a local decision (default
-	// DefaultAsyncMaxAge); an older one makes the check exact.
+	// DefaultAsyncMaxAge); with an older one, the check is decided by the
+	// key's share or exactly.
 	MaxAge time.Duration
+	// Hold is how long a key far from its limit may keep its hits before
+	// they are flushed (default DefaultAsyncHold).
+	Hold time.Duration
 	// MaxKeys bounds the keys tracked (default DefaultAsyncMaxKeys); past
 	// it, new keys are checked exactly until idle ones are dropped.
 	MaxKeys int
@@ -133,6 +141,9 @@ func WithAsync(r *limiter.Redis, o AsyncOptions) Option {
 		}
 		if o.MaxAge <= 0 {
 			o.MaxAge = DefaultAsyncMaxAge
+		}
+		if o.Hold <= 0 {
+			o.Hold = DefaultAsyncHold
 		}
 		if o.MaxKeys <= 0 {
 			o.MaxKeys = DefaultAsyncMaxKeys
@@ -440,8 +451,8 @@ func (k *akey) reserve(as *asyncs, hits, nodes int64, now time.Time) (aheld, boo
 		k.queued = true
 		as.enqueue(k, queueDeferred, now)
 	}
-	if !k.due && k.npending >= share {
-		// More than the share unflushed: sent at the next interval.
+	if !k.due && (k.npending >= share || len(k.pending) >= maxAsyncSlots/2) {
+		// The share unflushed: sent at the next interval.
 		k.due = true
 		as.enqueue(k, queueDue, now)
 	}
@@ -534,7 +545,7 @@ func (as *asyncs) sync(ctx context.Context, k *akey) uint64 {
 
 // The queues of enqueue.
 const (
-	queueDeferred = iota // flushed once its hits are MaxAge old
+	queueDeferred = iota // flushed once its hits are Hold old
 	queueDue             // flushed at the next interval
 	queueUrgent          // flushed at the next tick
 )
@@ -563,7 +574,7 @@ func (as *asyncs) enqueue(k *akey, queue int, now time.Time) {
 }
 
 // loop flushes the urgent keys every tick (asyncTick), the due ones every
-// interval, and the others once their oldest hits are MaxAge old; it ends
+// interval, and the others once their oldest hits are Hold old; it ends
 // after a second with nothing queued (enqueue starts it again).
 func (as *asyncs) loop() {
 	defer as.loopWG.Done()
@@ -585,7 +596,7 @@ func (as *asyncs) loop() {
 			since = 0
 			keys = append(keys, as.due...)
 			as.due = nil
-			cutoff := time.Now().Add(as.opts.Interval - as.opts.MaxAge)
+			cutoff := time.Now().Add(as.opts.Interval - as.opts.Hold)
 			n := 0
 			for n < len(as.queue) && as.queue[n].since.Before(cutoff) {
 				keys = append(keys, as.queue[n].k)

@@ -227,7 +227,7 @@ func TestAsyncNodeKilled(t *testing.T) {
 	t.Parallel()
 	url := testenv.RedisURL(t)
 	prefix := testenv.KeyPrefix(t)
-	const limit = 10000
+	const limit = 5000 // a share of 50
 	set := asyncRules(t, rules.FixedWindow, limit, "hour", "")
 	o := AsyncOptions{Interval: 100 * time.Millisecond}
 	e := asyncEngine(t, url, prefix, o, set, 1)
@@ -281,6 +281,58 @@ func TestAsyncNodeKilled(t *testing.T) {
 	k.mu.Unlock()
 }
 
+// TestAsyncHold checks when a key far from its limit is flushed: its first
+// checks fit in its share and are admitted with no view, held until they
+// are Hold old (Redis does not count them before), then counted; once the
+// hits held reach the share, they go at the next interval.
+func TestAsyncHold(t *testing.T) {
+	t.Parallel()
+	url := testenv.RedisURL(t)
+	prefix := testenv.KeyPrefix(t)
+	set := asyncRules(t, rules.FixedWindow, 10000, "hour", "") // a share of 100
+	o := AsyncOptions{Interval: 20 * time.Millisecond, Hold: 400 * time.Millisecond}
+	e := asyncEngine(t, url, prefix, o, set, 1)
+	start := time.Now()
+	for range 10 {
+		if res, err := e.Check(context.Background(), hot("held")); err != nil || res.Code != OK {
+			t.Fatalf("check: %+v %v", res, err)
+		}
+	}
+	got := used(t, url, prefix, set, "held")
+	if el := time.Since(start); el < o.Hold/2 && got != 0 {
+		t.Errorf("Redis counted %d of the hits held %v, want none before %v", got, el, o.Hold)
+	}
+	if st := e.AsyncStats(); st.Local != 10 || st.Exact != 0 {
+		t.Errorf("local %d, exact %d; want every check local (no view, within the share)", st.Local, st.Exact)
+	}
+	waitUsed := func(key string, want int64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for used(t, url, prefix, set, key) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("Redis counts %d of %q, want %d", used(t, url, prefix, set, key), key, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitUsed("held", 10)
+	if el := time.Since(start); el < o.Hold-o.Interval {
+		// (Sent at the last interval before the hold ends.)
+		t.Errorf("counted after %v, an interval before the hold of %v ends", el, o.Hold)
+	}
+	// The share (100) held: flushed at the next interval, not after Hold.
+	start = time.Now()
+	req := hot("full")
+	req.Hits = 100
+	if res, err := e.Check(context.Background(), req); err != nil || res.Code != OK {
+		t.Fatalf("check: %+v %v", res, err)
+	}
+	waitUsed("full", 100)
+	if el := time.Since(start); el >= o.Hold {
+		t.Errorf("the share held was counted after %v, want at the next interval", el)
+	}
+}
+
 // TestAsyncRedisDownDuringFlush freezes Redis with hits pending: the flush
 // fails, the key's checks go exact and its failure mode (closed) answers;
 // when Redis is back, the kept hits are flushed and counted.
@@ -296,7 +348,7 @@ func TestAsyncRedisDownDuringFlush(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	r := limiter.NewRedis(client)
 	e := New(limiter.NewBatcher(r, limiter.BatchOptions{Timeout: 100 * time.Millisecond}), prefix,
-		WithBreaker(breaker.New(breaker.Config{Hard: StoreDown})), WithAsync(r, AsyncOptions{Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, MaxAge: 300 * time.Millisecond}))
+		WithBreaker(breaker.New(breaker.Config{Hard: StoreDown})), WithAsync(r, AsyncOptions{Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, MaxAge: 300 * time.Millisecond, Hold: 300 * time.Millisecond}))
 	if err := e.Apply(1, set); err != nil {
 		t.Fatal(err)
 	}
