@@ -36,9 +36,10 @@ package engine
 // Flushes. A key's pending hits are sent at the next interval once P ≥ S,
 // at the next tick (10 ms) once R − P < 2M (near the limit), and otherwise
 // at the last interval before the oldest of them are AsyncOptions.Hold
-// (10 s) old, or when the key holds 128 distinct times: a key far from its
-// limit, checked less than C/(100·N) times in 10 s, costs Redis one key
-// operation per 10 s instead of one per check. A node holds at most
+// (10 s) old: a key far from its limit, checked less than C/(100·N) times
+// in 10 s, costs Redis one key operation per 10 s instead of one per check.
+// Hits held so keep four distinct times at most (later ones count at the
+// newest of them: up to a hold early). A node holds at most
 // S + r·(T + d) of a key's hits that Redis has not counted, so Redis lags
 // the fleet by at most N·S (1% of C) on a key far from its limit.
 //
@@ -49,18 +50,20 @@ package engine
 // only when the fleet has admitted at least limit − h: async never
 // under-admits (short of the loss below). Over-admission: what Redis has
 // not counted when it or a node decides is at most Σ_i (S + r_i·(T + d))
-// = N·S + F·(T + d), with F the fleet's rate on the key; hits counted
-// early by up to δ = 1 ms + ρ (ρ the shortest flush round trip seen) may
-// fall in the window before their own at a window's start. Per window
+// = N·S + F·(T + d), with F the fleet's rate on the key. Hits are counted
+// early by up to δ = 1 ms + ρ (ρ the shortest flush round trip seen), and
+// held ones (at most S per node) by up to a hold: at a window's start they
+// may fall in the window before their own, and a bucket may take them as
+// refilled. Per window
 //
-//	admitted ≤ limit + N·S + F·(T + d + δ)   ≤ limit·1.01 + F·(T + d + δ)
+//	admitted ≤ limit + 2·N·S + F·(T + d + δ)   ≤ limit·1.02 + F·(T + d + δ)
 //
 // and, when the load is spread evenly over the nodes (r_j ≤ r_i·N/(N−1)),
 // M covers the other nodes' unflushed hits, so
 //
-//	admitted ≤ limit + N·S + F·δ.
+//	admitted ≤ limit + 2·N·S + F·δ.
 //
-// Buckets credit the same δ of refill per flush (limit × δ / period).
+// Buckets may also take δ of refill per flush (limit × δ / period).
 //
 // Losses: hits admitted but not yet flushed when a node dies (at most
 // S + r·(T + d) per key) are never counted: the fleet over-admits by them.
@@ -103,9 +106,15 @@ const asyncTick = 10 * time.Millisecond
 // asyncSlot is the resolution of the times hits are counted at.
 const asyncSlot = time.Millisecond
 
-// maxAsyncSlots bounds the times kept per key; a key holding half as many
-// is flushed at the next interval, so its hits keep their times.
-const maxAsyncSlots = 256
+// maxAsyncSlots bounds the times kept per key; past it, hits count at the
+// newest time kept (earlier than theirs).
+const maxAsyncSlots = 128
+
+// asyncHeldSlots bounds the times kept per key that holds its hits (P < S,
+// far from its limit): what a flush sends, and Redis parses, stays small
+// however long the hold. Its hits may so count up to a hold early; they
+// are at most S per node.
+const asyncHeldSlots = 4
 
 // asyncShare sets a key's share on a node, S = C / (asyncShare·N): the
 // hits (1% of the limit's capacity C over the fleet) a node may admit
@@ -439,9 +448,13 @@ func (k *akey) reserve(as *asyncs, hits, nodes int64, now time.Time) (aheld, boo
 		}
 	}
 	at := now.Truncate(asyncSlot)
+	slots := maxAsyncSlots
+	if !k.due && !k.urgent && k.npending+hits < share {
+		slots = asyncHeldSlots
+	}
 	if n := len(k.pending); n > 0 && !k.pending[n-1].at.Before(at) {
 		k.pending[n-1].hits += hits
-	} else if n >= maxAsyncSlots {
+	} else if n >= slots {
 		k.pending[n-1].hits += hits // its earlier time only makes them count sooner
 	} else {
 		k.pending = append(k.pending, aslot{at: at, hits: hits})
@@ -451,7 +464,7 @@ func (k *akey) reserve(as *asyncs, hits, nodes int64, now time.Time) (aheld, boo
 		k.queued = true
 		as.enqueue(k, queueDeferred, now)
 	}
-	if !k.due && (k.npending >= share || len(k.pending) >= maxAsyncSlots/2) {
+	if !k.due && k.npending >= share {
 		// The share unflushed: sent at the next interval.
 		k.due = true
 		as.enqueue(k, queueDue, now)

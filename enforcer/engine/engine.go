@@ -84,8 +84,8 @@
 // report the fleet's remaining: at the next interval T (100 ms) once P ≥ S,
 // every 10 ms near the limit, and otherwise within 10 s; near the limit,
 // checks go to Redis. It never under-admits, and admits at most limit +
-// N·S + F·(T + d + δ) per window (F the fleet's rate on the key, δ the
-// timing error of a flushed hit: 1 ms plus a round trip), limit + N·S +
+// 2·N·S + F·(T + d + δ) per window (F the fleet's rate on the key, δ the
+// timing error of a flushed hit: 1 ms plus a round trip), limit + 2·N·S +
 // F·δ under load spread evenly over the nodes; a node that dies loses its
 // unflushed hits (at most S + r·(T + d) per key). All five algorithms, not
 // with on_limit: delay.
