@@ -110,6 +110,11 @@ const asyncSlot = time.Millisecond
 // newest time kept (earlier than theirs).
 const maxAsyncSlots = 128
 
+// maxAsyncHeldFlush bounds the held keys flushed per interval, so that keys
+// held since the same moment go out over a few intervals, not in one
+// flush too large to answer in time.
+const maxAsyncHeldFlush = 10_000
+
 // asyncHeldSlots bounds the times kept per key that holds its hits (P < S,
 // far from its limit): what a flush sends, and Redis parses, stays small
 // however long the hold. Its hits may so count up to a hold early; they
@@ -611,7 +616,7 @@ func (as *asyncs) loop() {
 			as.due = nil
 			cutoff := time.Now().Add(as.opts.Interval - as.opts.Hold)
 			n := 0
-			for n < len(as.queue) && as.queue[n].since.Before(cutoff) {
+			for n < len(as.queue) && n < maxAsyncHeldFlush && as.queue[n].since.Before(cutoff) {
 				keys = append(keys, as.queue[n].k)
 				n++
 			}
@@ -649,7 +654,7 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 		case k.npending == 0 && k.flushing == nil:
 			// Nothing to send (released, or flushed by a check).
 		case k.flushing != nil:
-			k.queued, k.due = true, true
+			k.due = true
 			again = append(again, k)
 		default:
 			adm := make([]limiter.Admitted, len(k.pending))
@@ -666,7 +671,7 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 		k.mu.Unlock()
 	}
 	if len(again) > 0 {
-		as.requeue(again, now)
+		as.requeue(again)
 	}
 	if len(fs) == 0 {
 		return
@@ -706,7 +711,7 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 			}
 			k.npending += units
 			if !k.due {
-				k.queued, k.due = true, true
+				k.due = true
 				retry = append(retry, k)
 			}
 		} else {
@@ -724,18 +729,14 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 		as.flushErrors.Add(1)
 	}
 	if len(retry) > 0 {
-		as.requeue(retry, now)
+		as.requeue(retry)
 	}
 }
 
-// requeue queues keys for the next interval, and as deferred too (so that
-// a key queued is always in as.queue). Their flags are set.
-func (as *asyncs) requeue(keys []*akey, now time.Time) {
+// requeue queues keys for the next interval (their due flags are set).
+func (as *asyncs) requeue(keys []*akey) {
 	as.qmu.Lock()
 	as.due = append(as.due, keys...)
-	for _, k := range keys {
-		as.queue = append(as.queue, aqueued{k, now})
-	}
 	as.qmu.Unlock()
 }
 
