@@ -4,47 +4,69 @@ package engine
 //
 // A limit whose rule sets consistency: async is decided from the node's
 // local view while it is far from its limit: the node admits the request
-// without asking Redis, keeps the hits pending, and sends every key's
-// pending hits in one pipelined flush per interval (AsyncOptions.Interval,
-// default 100 ms; limiter.Redis.Flush), which counts them in Redis at the
-// times they were admitted (to 10 ms) and reports each limit's remaining:
-// the fleet's total, learnt in the same round trip. Near the limit the node
-// does not guess: the check goes to Redis exactly as with consistency:
-// exact (after flushing the key's pending hits first).
+// without asking Redis, keeps the hits pending, and sends them in a
+// pipelined flush (limiter.Redis.Flush: many keys per script call, one call
+// per hash slot on a cluster), which counts them in Redis at the times they
+// were admitted and reports each limit's remaining: the fleet's total,
+// learnt in the same round trip. Near the limit the node does not guess:
+// the check goes to Redis exactly as with consistency: exact (after
+// flushing the key's pending hits first).
 //
 // The local view of a key on node i: R, the remaining Redis reported at
 // its last flush or exact check, a time a ago (the limit's capacity once
 // its reset time has passed); P, the hits node i admitted that R does not
-// hold. A check of h hits is admitted locally when
+// hold. With C the limit's capacity (its burst, or its limit), N the node
+// count (the console's node_count), the key's share on a node is
 //
-//	R − P − h ≥ M,   M = N·r·(a + T + 2d) + N·h
+//	S = ⌊C / (100·N)⌋   (1% of the capacity over the fleet)
 //
-// with N the node count (the console's node_count), r the key's rate on
-// this node (hits/s, rising at once with a burst, decaying over a second),
-// T the flush interval and d the last flush round trip; otherwise it goes
-// exact. The first check of a key, one whose view is older than
-// AsyncOptions.MaxAge (2 s), and every check while the key's last flush
-// failed go exact too.
+// A check of h hits is admitted locally when the key has a view no older
+// than AsyncOptions.MaxAge (2 s) and
 //
-// The bound. Every admitted hit reaches Redis (locally admitted ones at
-// the next flush, exact ones at once), so Redis refuses a request only when
-// the fleet has admitted at least limit − h: async never under-admits
-// (short of the loss below). Over-admission: node i's locally admitted hits
-// fit in the true remaining unless the other nodes' hits it has not seen —
-// those since R was read and those pending on them then, at most
-// Σ_{j≠i} r_j·(a + T + 2d) — exceed M. When the load is spread evenly over
-// the nodes (r_j ≤ r_i·N/(N−1)), M covers them and the fleet admits at
-// most the limit. Otherwise each node over-admits at most what it admits
-// locally in one interval after the crossing, so in all
+//	R − P − h ≥ M,   M = N·r·(a + T + 2d) + N·h + (N − 1)·S
 //
-//	admitted ≤ limit + Σ_i r_i·(T + d) = limit + F·(T + d)
+// with r the key's rate on this node (hits/s, rising at once with a burst,
+// decaying over a second), T the flush interval (AsyncOptions.Interval,
+// default 100 ms) and d the last flush round trip; or, when it has no
+// view (its first check) or an older one, when P + h ≤ S: a node may admit
+// its share unseen, whatever the fleet did. Otherwise, and while the key's
+// last flush failed, the check goes exact. So a limit with C < 100·N has
+// no share: its first check, and checks on an old view, are exact.
 //
-// per window (F the fleet's rate on the key), and limit exactly under even
-// load. Hits are counted at their times rounded down to 10 ms, so a bucket
-// may also credit up to 10 ms of refill per flush (limit × 10 ms / period).
+// Flushes. A key's pending hits are sent at the next interval once P ≥ S,
+// at the next tick (10 ms) once R − P < 2M (near the limit), and otherwise
+// at the last interval before the oldest of them are AsyncOptions.Hold
+// (10 s) old: a key far from its limit, checked less than C/(100·N) times
+// in 10 s, costs Redis one key operation per 10 s instead of one per check.
+// Hits held so keep four distinct times at most (later ones count at the
+// newest of them: up to a hold early). A node holds at most
+// S + r·(T + d) of a key's hits that Redis has not counted, so Redis lags
+// the fleet by at most N·S (1% of C) on a key far from its limit.
 //
-// Losses: hits admitted but not yet flushed when a node dies (at most its
-// r·(T + d) per key) are never counted: the fleet over-admits by them.
+// The bound. Every admitted hit reaches Redis (locally admitted ones by a
+// flush, exact ones at once), at a time never later than it was admitted:
+// the flush times hits on Redis's clock as estimated from earlier flushes
+// (limiter.Redis.Flush), rounded down to 1 ms. So Redis refuses a request
+// only when the fleet has admitted at least limit − h: async never
+// under-admits (short of the loss below). Over-admission: what Redis has
+// not counted when it or a node decides is at most Σ_i (S + r_i·(T + d))
+// = N·S + F·(T + d), with F the fleet's rate on the key. Hits are counted
+// early by up to δ = 1 ms + ρ (ρ the shortest flush round trip seen), and
+// held ones (at most S per node) by up to a hold: at a window's start they
+// may fall in the window before their own, and a bucket may take them as
+// refilled. Per window
+//
+//	admitted ≤ limit + 2·N·S + F·(T + d + δ)   ≤ limit·1.02 + F·(T + d + δ)
+//
+// and, when the load is spread evenly over the nodes (r_j ≤ r_i·N/(N−1)),
+// M covers the other nodes' unflushed hits, so
+//
+//	admitted ≤ limit + 2·N·S + F·δ.
+//
+// Buckets may also take δ of refill per flush (limit × δ / period).
+//
+// Losses: hits admitted but not yet flushed when a node dies (at most
+// S + r·(T + d) per key) are never counted: the fleet over-admits by them.
 // Flushes that fail are kept and sent again at the next interval (a
 // window's hits count only while their window lasts). A flush that finds
 // Redis unreachable (refused, reset: StoreDown), or an open breaker, makes
@@ -52,9 +74,10 @@ package engine
 // closed, local) answer for them as for any limit; a flush that times out
 // (Redis slow or frozen) leaves the key deciding locally on its ageing
 // view (the margin grows with its age a) for at most MaxAge, then its
-// checks go exact and the failure modes answer. A rule change (Apply) retires
-// the keys whose limit changed and flushes their pending hits under the
-// old limit at the next interval. Close flushes everything.
+// checks go exact (no share while its flushes fail) and the failure modes
+// answer. A rule change (Apply) retires the keys whose limit changed and
+// flushes their pending hits under the old limit at the next interval.
+// Close flushes everything.
 
 import (
 	"context"
@@ -72,15 +95,36 @@ import (
 const (
 	DefaultAsyncInterval = 100 * time.Millisecond
 	DefaultAsyncMaxAge   = 2 * time.Second
+	DefaultAsyncHold     = 10 * time.Second
 	DefaultAsyncMaxKeys  = 100_000
 	DefaultAsyncTimeout  = 500 * time.Millisecond
 )
 
-// asyncTick is the resolution of the times hits are counted at.
+// asyncTick is how often keys near their limit are flushed.
 const asyncTick = 10 * time.Millisecond
 
-// maxAsyncSlots bounds the times kept per key (while flushes fail).
-const maxAsyncSlots = 64
+// asyncSlot is the resolution of the times hits are counted at.
+const asyncSlot = time.Millisecond
+
+// maxAsyncSlots bounds the times kept per key; past it, hits count at the
+// newest time kept (earlier than theirs).
+const maxAsyncSlots = 128
+
+// maxAsyncHeldFlush bounds the held keys flushed per interval, so that keys
+// held since the same moment go out over a few intervals, not in one
+// flush too large to answer in time.
+const maxAsyncHeldFlush = 10_000
+
+// asyncHeldSlots bounds the times kept per key that holds its hits (P < S,
+// far from its limit): what a flush sends, and Redis parses, stays small
+// however long the hold. Its hits may so count up to a hold early; they
+// are at most S per node.
+const asyncHeldSlots = 4
+
+// asyncShare sets a key's share on a node, S = C / (asyncShare·N): the
+// hits (1% of the limit's capacity C over the fleet) a node may admit
+// without a view of the key, and keep unflushed while far from the limit.
+const asyncShare = 100
 
 // AsyncOptions configures WithAsync; zero values mean the defaults.
 type AsyncOptions struct {
@@ -88,8 +132,12 @@ type AsyncOptions struct {
 	// (default DefaultAsyncInterval).
 	Interval time.Duration
 	// MaxAge is how old a key's view may be for a local decision (default
-	// DefaultAsyncMaxAge); an older one makes the check exact.
+	// DefaultAsyncMaxAge); with an older one, the check is decided by the
+	// key's share or exactly.
 	MaxAge time.Duration
+	// Hold is how long a key far from its limit may keep its hits before
+	// they are flushed (default DefaultAsyncHold).
+	Hold time.Duration
 	// MaxKeys bounds the keys tracked (default DefaultAsyncMaxKeys); past
 	// it, new keys are checked exactly until idle ones are dropped.
 	MaxKeys int
@@ -107,6 +155,9 @@ func WithAsync(r *limiter.Redis, o AsyncOptions) Option {
 		}
 		if o.MaxAge <= 0 {
 			o.MaxAge = DefaultAsyncMaxAge
+		}
+		if o.Hold <= 0 {
+			o.Hold = DefaultAsyncHold
 		}
 		if o.MaxKeys <= 0 {
 			o.MaxKeys = DefaultAsyncMaxKeys
@@ -149,11 +200,18 @@ type asyncs struct {
 	lastSweep time.Time
 
 	qmu     sync.Mutex
-	queue   []*akey // keys with pending hits, each once
-	urgent  []*akey // of those, keys near their limit: flushed every tick
-	running bool    // the flush loop runs
+	queue   []aqueued // keys with pending hits, in the order they got them
+	due     []*akey   // of those, keys to flush at the next interval
+	urgent  []*akey   // of those, keys near their limit: flushed every tick
+	running bool      // the flush loop runs
 	stop    chan struct{}
 	loopWG  sync.WaitGroup
+}
+
+// aqueued is a key queued at since.
+type aqueued struct {
+	k     *akey
+	since time.Time
 }
 
 // akey is one async key on this node.
@@ -173,9 +231,11 @@ type akey struct {
 	npending int64
 	inflight int64         // hits in a flush not answered yet
 	flushing chan struct{} // closed when the flush in flight ends
-	failed   bool          // the last flush failed
-	queued   bool
-	urgent   bool // in as.urgent
+	failed   bool          // the last flush found Redis unreachable
+	stale    bool          // the last flush failed (unreachable or slow)
+	queued   bool          // in as.queue
+	due      bool          // in as.due
+	urgent   bool          // in as.urgent
 	dead     bool
 	// The key's rate on this node: hits since rateStart, and the rate.
 	hits      int64
@@ -348,51 +408,77 @@ func (k *akey) capacity() int64 {
 	return k.req.Limit
 }
 
+// share is the key's share S on a node of nodes (see the package doc).
+func (k *akey) share(nodes int64) int64 {
+	return k.capacity() / (asyncShare * max(nodes, 1))
+}
+
 // reserve admits hits from the local view if it is far enough from the
-// limit (see the package doc), adding them to the pending hits.
+// limit, or, without a view, if they fit in the key's share (see the
+// package doc), adding them to the pending hits.
 func (k *akey) reserve(as *asyncs, hits, nodes int64, now time.Time) (aheld, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.last = now
 	rate := k.observe(hits, now)
-	if k.dead || k.failed || !k.have {
+	if k.dead || k.failed {
 		return aheld{}, false
 	}
 	if b := as.e.breaker; b != nil && b.State() == breaker.Open {
 		return aheld{}, false // the store is down: the failure modes answer
 	}
+	share := k.share(nodes)
+	unflushed := k.npending + k.inflight
 	age := now.Sub(k.knownAt)
-	if age > as.opts.MaxAge {
-		return aheld{}, false
-	}
 	known, resetAt := k.known, k.resetAt
-	if !now.Before(resetAt) {
+	if !k.have {
+		known, resetAt = k.capacity(), now.Add(k.req.Period)
+	} else if !now.Before(resetAt) {
 		known = k.capacity() // back to full since
 		resetAt = now
 	}
-	est := known - k.npending - k.inflight - hits
-	d := time.Duration(as.rtt.Load())
-	margin := float64(nodes)*rate*(age+as.opts.Interval+2*d).Seconds() + float64(nodes*hits)
-	if float64(est) < margin {
-		return aheld{}, false
+	est := known - unflushed - hits
+	var margin float64
+	if !k.have || age > as.opts.MaxAge {
+		// No view, or too old to plan with: the hits must fit in the
+		// share, whatever the fleet did unseen.
+		if k.stale || unflushed+hits > share {
+			return aheld{}, false
+		}
+	} else {
+		d := time.Duration(as.rtt.Load())
+		margin = float64(nodes)*rate*(age+as.opts.Interval+2*d).Seconds() + float64(nodes*hits) + float64((nodes-1)*share)
+		if float64(est) < margin {
+			return aheld{}, false
+		}
 	}
-	if n := len(k.pending); n > 0 && now.Sub(k.pending[n-1].at) < asyncTick {
+	at := now.Truncate(asyncSlot)
+	slots := maxAsyncSlots
+	if !k.due && !k.urgent && k.npending+hits < share {
+		slots = asyncHeldSlots
+	}
+	if n := len(k.pending); n > 0 && !k.pending[n-1].at.Before(at) {
 		k.pending[n-1].hits += hits
-	} else if n >= maxAsyncSlots {
+	} else if n >= slots {
 		k.pending[n-1].hits += hits // its earlier time only makes them count sooner
 	} else {
-		k.pending = append(k.pending, aslot{at: now.Truncate(asyncTick), hits: hits})
+		k.pending = append(k.pending, aslot{at: at, hits: hits})
 	}
 	k.npending += hits
 	if !k.queued {
 		k.queued = true
-		as.enqueue(k, false)
+		as.enqueue(k, queueDeferred, now)
 	}
-	if !k.urgent && float64(est) < 2*margin {
+	if !k.due && k.npending >= share {
+		// The share unflushed: sent at the next interval.
+		k.due = true
+		as.enqueue(k, queueDue, now)
+	}
+	if !k.urgent && margin > 0 && float64(est) < 2*margin {
 		// Near the limit: flushed every tick, so that when another node
 		// goes exact, Redis lacks at most a tick of this one's hits.
 		k.urgent = true
-		as.enqueue(k, true)
+		as.enqueue(k, queueUrgent, now)
 	}
 	return aheld{k: k, hits: hits, remaining: max(est, 0), resetAfter: max(resetAt.Sub(now), 0)}, true
 }
@@ -441,7 +527,7 @@ func (k *akey) learn(gen uint64, remaining int64, resetAfter time.Duration, sent
 	if k.gen != gen {
 		return
 	}
-	k.have, k.failed = true, false
+	k.have, k.failed, k.stale = true, false, false
 	k.known, k.knownAt = remaining, sent
 	k.resetAt = time.Now().Add(resetAfter)
 }
@@ -475,14 +561,24 @@ func (as *asyncs) sync(ctx context.Context, k *akey) uint64 {
 	return k.gen
 }
 
-// enqueue adds k to the keys the flush loop sends (every interval, or
-// every tick when urgent), starting the loop.
-func (as *asyncs) enqueue(k *akey, urgent bool) {
+// The queues of enqueue.
+const (
+	queueDeferred = iota // flushed once its hits are Hold old
+	queueDue             // flushed at the next interval
+	queueUrgent          // flushed at the next tick
+)
+
+// enqueue adds k to one of the queues the flush loop sends, starting the
+// loop.
+func (as *asyncs) enqueue(k *akey, queue int, now time.Time) {
 	as.qmu.Lock()
-	if urgent {
+	switch queue {
+	case queueUrgent:
 		as.urgent = append(as.urgent, k)
-	} else {
-		as.queue = append(as.queue, k)
+	case queueDue:
+		as.due = append(as.due, k)
+	default:
+		as.queue = append(as.queue, aqueued{k, now})
 	}
 	start := !as.running && !as.closed.Load()
 	if start {
@@ -495,9 +591,9 @@ func (as *asyncs) enqueue(k *akey, urgent bool) {
 	}
 }
 
-// loop flushes the queued keys every interval, and the urgent ones every
-// tick (asyncTick); it ends after a second with nothing to send (enqueue
-// starts it again).
+// loop flushes the urgent keys every tick (asyncTick), the due ones every
+// interval, and the others once their oldest hits are Hold old; it ends
+// after a second with nothing queued (enqueue starts it again).
 func (as *asyncs) loop() {
 	defer as.loopWG.Done()
 	tick := min(asyncTick, as.opts.Interval)
@@ -516,10 +612,17 @@ func (as *asyncs) loop() {
 		as.urgent = nil
 		if since >= as.opts.Interval {
 			since = 0
-			keys = append(keys, as.queue...)
-			as.queue = nil
+			keys = append(keys, as.due...)
+			as.due = nil
+			cutoff := time.Now().Add(as.opts.Interval - as.opts.Hold)
+			n := 0
+			for n < len(as.queue) && n < maxAsyncHeldFlush && as.queue[n].since.Before(cutoff) {
+				keys = append(keys, as.queue[n].k)
+				n++
+			}
+			as.queue = slices.Delete(as.queue, 0, n)
 		}
-		if len(keys) == 0 && len(as.queue) == 0 {
+		if len(keys) == 0 && len(as.queue) == 0 && len(as.due) == 0 {
 			idle += tick
 			if idle >= time.Second {
 				as.running = false
@@ -536,28 +639,27 @@ func (as *asyncs) loop() {
 }
 
 // flush sends the pending hits of keys in one Redis.Flush and sets their
-// views from the answer. Keys that fail keep their hits (and are queued
-// again); keys with a flush in flight are queued again.
+// views from the answer. Keys that fail keep their hits, and keys with a
+// flush in flight, are flushed again at the next interval.
 func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 	fs := make([]limiter.Flush, 0, len(keys))
 	sent := make([]*akey, 0, len(keys))
 	slots := make([][]aslot, 0, len(keys))
 	var again []*akey
 	now := time.Now()
-	d := time.Duration(as.rtt.Load()) / 2
 	for _, k := range keys {
 		k.mu.Lock()
-		k.queued, k.urgent = false, false
+		k.queued, k.due, k.urgent = false, false, false
 		switch {
 		case k.npending == 0 && k.flushing == nil:
 			// Nothing to send (released, or flushed by a check).
 		case k.flushing != nil:
-			k.queued = true
+			k.due = true
 			again = append(again, k)
 		default:
 			adm := make([]limiter.Admitted, len(k.pending))
 			for i, s := range k.pending {
-				adm[i] = limiter.Admitted{Age: now.Sub(s.at) + d, Hits: s.hits}
+				adm[i] = limiter.Admitted{Age: now.Sub(s.at), Hits: s.hits}
 			}
 			fs = append(fs, limiter.Flush{Req: k.req, Admitted: adm})
 			slots = append(slots, k.pending)
@@ -569,15 +671,13 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 		k.mu.Unlock()
 	}
 	if len(again) > 0 {
-		as.qmu.Lock()
-		as.queue = append(as.queue, again...)
-		as.qmu.Unlock()
+		as.requeue(again)
 	}
 	if len(fs) == 0 {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), as.opts.Timeout)
-	out, err := as.redis.Flush(fctx, fs)
+	out, err := as.redis.Flush(fctx, now, fs)
 	cancel()
 	done := time.Now()
 	as.flushes.Add(1)
@@ -603,18 +703,19 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 			// modes answer. Slow (a timeout): its view keeps ageing, and
 			// the margin grows with it, up to MaxAge.
 			k.failed = k.failed || StoreDown(ferr)
+			k.stale = true
 			// Kept, older than anything pending since, and sent again.
 			k.pending = append(slots[n], k.pending...)
 			if len(k.pending) > maxAsyncSlots {
 				k.pending = mergeSlots(k.pending)
 			}
 			k.npending += units
-			if !k.queued {
-				k.queued = true
+			if !k.due {
+				k.due = true
 				retry = append(retry, k)
 			}
 		} else {
-			k.failed = false
+			k.failed, k.stale = false, false
 			k.have = true
 			k.known, k.knownAt = out[n].Remaining, now
 			k.resetAt = done.Add(out[n].ResetAfter)
@@ -628,10 +729,15 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 		as.flushErrors.Add(1)
 	}
 	if len(retry) > 0 {
-		as.qmu.Lock()
-		as.queue = append(as.queue, retry...)
-		as.qmu.Unlock()
+		as.requeue(retry)
 	}
+}
+
+// requeue queues keys for the next interval (their due flags are set).
+func (as *asyncs) requeue(keys []*akey) {
+	as.qmu.Lock()
+	as.due = append(as.due, keys...)
+	as.qmu.Unlock()
 }
 
 // mergeSlots folds the oldest slots into one at the oldest time, down to
@@ -663,13 +769,13 @@ func (as *asyncs) changed(set *rules.Set) {
 	for _, k := range gone {
 		k.mu.Lock()
 		k.dead = true
-		queue := k.npending > 0 && !k.queued
+		queue := k.npending > 0 && !k.due
 		if queue {
-			k.queued = true
+			k.due = true
 		}
 		k.mu.Unlock()
 		if queue {
-			as.enqueue(k, false)
+			as.enqueue(k, queueDue, time.Time{})
 		}
 	}
 }
@@ -691,8 +797,11 @@ func (as *asyncs) close(ctx context.Context) error {
 	}
 	as.mu.Unlock()
 	as.qmu.Lock()
-	keys = append(keys, as.queue...) // retired ones too
-	as.queue, as.urgent = nil, nil
+	for _, q := range as.queue { // retired ones too
+		keys = append(keys, q.k)
+	}
+	keys = append(keys, as.due...)
+	as.queue, as.due, as.urgent = nil, nil, nil
 	as.qmu.Unlock()
 	for range 3 { // a key with a flush in flight comes back once
 		var left []*akey

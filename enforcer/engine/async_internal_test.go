@@ -221,12 +221,14 @@ func warm(t testing.TB, e *Engine, value string) {
 
 // TestAsyncNodeKilled stops a node's flushing mid-interval (as a kill
 // does): what it admitted but never flushed is missing from Redis, and no
-// more than its rate times one interval.
+// more than the key's share (kept unflushed while far from the limit) plus
+// its rate times one interval.
 func TestAsyncNodeKilled(t *testing.T) {
 	t.Parallel()
 	url := testenv.RedisURL(t)
 	prefix := testenv.KeyPrefix(t)
-	set := asyncRules(t, rules.FixedWindow, 100000, "hour", "")
+	const limit = 5000 // a share of 50
+	set := asyncRules(t, rules.FixedWindow, limit, "hour", "")
 	o := AsyncOptions{Interval: 100 * time.Millisecond}
 	e := asyncEngine(t, url, prefix, o, set, 1)
 	warm(t, e, "k")
@@ -266,8 +268,9 @@ func TestAsyncNodeKilled(t *testing.T) {
 	if got+lost != admitted {
 		t.Errorf("Redis %d + pending %d != admitted %d", got, lost, admitted)
 	}
-	if bound := rate*(o.Interval.Seconds()+0.05) + 5; float64(lost) > bound {
-		t.Errorf("lost %d, more than rate × (interval + 50 ms) = %.0f", lost, bound)
+	share := float64(limit / asyncShare)
+	if bound := share + rate*(o.Interval.Seconds()+0.05) + 5; float64(lost) > bound {
+		t.Errorf("lost %d, more than share + rate × (interval + 50 ms) = %.0f", lost, bound)
 	}
 	if lost == 0 {
 		t.Error("nothing was pending: the test killed nothing")
@@ -276,6 +279,58 @@ func TestAsyncNodeKilled(t *testing.T) {
 	k.mu.Lock()
 	k.pending, k.npending = nil, 0
 	k.mu.Unlock()
+}
+
+// TestAsyncHold checks when a key far from its limit is flushed: its first
+// checks fit in its share and are admitted with no view, held until they
+// are Hold old (Redis does not count them before), then counted; once the
+// hits held reach the share, they go at the next interval.
+func TestAsyncHold(t *testing.T) {
+	t.Parallel()
+	url := testenv.RedisURL(t)
+	prefix := testenv.KeyPrefix(t)
+	set := asyncRules(t, rules.FixedWindow, 10000, "hour", "") // a share of 100
+	o := AsyncOptions{Interval: 20 * time.Millisecond, Hold: 400 * time.Millisecond}
+	e := asyncEngine(t, url, prefix, o, set, 1)
+	start := time.Now()
+	for range 10 {
+		if res, err := e.Check(context.Background(), hot("held")); err != nil || res.Code != OK {
+			t.Fatalf("check: %+v %v", res, err)
+		}
+	}
+	got := used(t, url, prefix, set, "held")
+	if el := time.Since(start); el < o.Hold/2 && got != 0 {
+		t.Errorf("Redis counted %d of the hits held %v, want none before %v", got, el, o.Hold)
+	}
+	if st := e.AsyncStats(); st.Local != 10 || st.Exact != 0 {
+		t.Errorf("local %d, exact %d; want every check local (no view, within the share)", st.Local, st.Exact)
+	}
+	waitUsed := func(key string, want int64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for used(t, url, prefix, set, key) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("Redis counts %d of %q, want %d", used(t, url, prefix, set, key), key, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitUsed("held", 10)
+	if el := time.Since(start); el < o.Hold-o.Interval {
+		// (Sent at the last interval before the hold ends.)
+		t.Errorf("counted after %v, an interval before the hold of %v ends", el, o.Hold)
+	}
+	// The share (100) held: flushed at the next interval, not after Hold.
+	start = time.Now()
+	req := hot("full")
+	req.Hits = 100
+	if res, err := e.Check(context.Background(), req); err != nil || res.Code != OK {
+		t.Fatalf("check: %+v %v", res, err)
+	}
+	waitUsed("full", 100)
+	if el := time.Since(start); el >= o.Hold {
+		t.Errorf("the share held was counted after %v, want at the next interval", el)
+	}
 }
 
 // TestAsyncRedisDownDuringFlush freezes Redis with hits pending: the flush
@@ -293,7 +348,7 @@ func TestAsyncRedisDownDuringFlush(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	r := limiter.NewRedis(client)
 	e := New(limiter.NewBatcher(r, limiter.BatchOptions{Timeout: 100 * time.Millisecond}), prefix,
-		WithBreaker(breaker.New(breaker.Config{Hard: StoreDown})), WithAsync(r, AsyncOptions{Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, MaxAge: 300 * time.Millisecond}))
+		WithBreaker(breaker.New(breaker.Config{Hard: StoreDown})), WithAsync(r, AsyncOptions{Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, MaxAge: 300 * time.Millisecond, Hold: 300 * time.Millisecond}))
 	if err := e.Apply(1, set); err != nil {
 		t.Fatal(err)
 	}
@@ -384,8 +439,9 @@ func TestAsyncRuleChange(t *testing.T) {
 	old.mu.Lock()
 	pending := old.npending
 	old.mu.Unlock()
-	if pending != 50 {
-		t.Fatalf("pending %d, want 50 (the interval is a second)", pending)
+	if pending != 51 {
+		// The first check too: it fits in the key's share (1,000).
+		t.Fatalf("pending %d, want 51 (the interval is a second)", pending)
 	}
 	next := asyncRules(t, rules.FixedWindow, 60, "hour", "")
 	if err := e.Apply(2, next); err != nil {
@@ -413,9 +469,34 @@ func TestAsyncRuleChange(t *testing.T) {
 // TestAsyncMatchesExact sends the same random traffic, far from the
 // limits, over 10,000 cold keys to two async nodes and to one exact node:
 // every decision is the same, and once flushed every counter in Redis is
-// the same too.
+// the same too. With limits of 50–99 an hour (a share of 0: a key's first
+// check is exact) and of 100,000–199,999 (a share of 500 or more per node:
+// every check, the first too, is decided locally).
 func TestAsyncMatchesExact(t *testing.T) {
 	t.Parallel()
+	t.Run("small", func(t *testing.T) {
+		t.Parallel()
+		local, checks, keys := matchExact(t, 50, 50)
+		if local < int64(checks-keys)/2 {
+			t.Errorf("only %d of %d checks decided locally", local, checks)
+		}
+	})
+	t.Run("large", func(t *testing.T) {
+		t.Parallel()
+		local, checks, keys := matchExact(t, 100_000, 100_000)
+		// A flush that times out on a loaded machine sends its keys' next
+		// checks to Redis; the first checks of most keys are local.
+		if local < int64(checks-keys/10) {
+			t.Errorf("only %d of %d checks decided locally", local, checks)
+		}
+	})
+}
+
+// matchExact runs TestAsyncMatchesExact's traffic with limits in
+// [least, least+spread) and returns how many checks were decided locally,
+// of how many, over how many keys.
+func matchExact(t *testing.T, least, spread int) (local int64, checks, nkeys int) {
+	t.Helper()
 	url := testenv.RedisURL(t)
 	pa, pe := testenv.KeyPrefix(t)+"a:", testenv.KeyPrefix(t)+"e:"
 	src := `domain: api
@@ -440,7 +521,7 @@ descriptors:
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	alg := []rules.Algorithm{rules.FixedWindow, rules.SlidingWindowCounter, rules.TokenBucket, rules.LeakyBucket, rules.SlidingWindowLog}[rng.IntN(5)]
-	limit := 50 + rng.IntN(50)
+	limit := least + rng.IntN(spread)
 	o := AsyncOptions{Interval: 20 * time.Millisecond}
 	as := []*Engine{asyncEngine(t, url, pa, o, parse("async", alg, limit), 2), asyncEngine(t, url, pa, o, parse("async", alg, limit), 2)}
 	ex := asyncEngine(t, url, pe, o, parse("exact", alg, limit), 1)
@@ -483,7 +564,6 @@ descriptors:
 		}()
 	}
 	wg.Wait()
-	var local int64
 	for _, e := range as {
 		local += e.AsyncStats().Local
 		if err := e.Close(context.Background()); err != nil {
@@ -494,12 +574,8 @@ descriptors:
 	if n := diff.Load(); n > 0 {
 		t.Errorf("%d of %d decisions differ", n, len(ops))
 	}
-	// A key's first check is exact (no view yet).
-	if local < int64(len(ops)-keys)/2 {
-		t.Errorf("only %d of %d checks decided locally", local, len(ops))
-	}
 	if alg == rules.TokenBucket || alg == rules.LeakyBucket {
-		return // their counters depend on when the hits came
+		return local, len(ops), keys // their counters depend on when the hits came
 	}
 	setA := parse("async", alg, limit)
 	for k := 0; k < keys; k += 97 {
@@ -508,4 +584,5 @@ descriptors:
 			t.Errorf("key %s: async counted %d, exact %d", v, a, e)
 		}
 	}
+	return local, len(ops), keys
 }

@@ -77,14 +77,18 @@
 // A limit whose rule sets consistency: async (WithAsync; the full statement
 // is in async.go) is admitted from the node's local view while the view
 // is far from the limit — Redis's last remaining R minus the node's
-// unflushed hits P, at least M = N·r·(a + T + 2d) + N·h above the
-// check's hits — and every key's hits are flushed each interval T (100 ms)
-// in one pipelined call that also reports the fleet's remaining; near the
-// limit, checks go to Redis. It never under-admits, admits at most the
-// limit under load spread evenly over the nodes, and at most limit +
-// F·(T + d) per window in any case (F the fleet's rate on the key); a node
-// that dies loses its unflushed hits. All five algorithms, not with
-// on_limit: delay.
+// unflushed hits P, at least M = N·r·(a + T + 2d) + N·h + (N−1)·S above
+// the check's hits — or, with no view yet or an old one, while P stays
+// within the key's share S = ⌊C/(100·N)⌋ (1% of the capacity C over the
+// fleet). Hits go to Redis in pipelined flushes of many keys, which also
+// report the fleet's remaining: at the next interval T (100 ms) once P ≥ S,
+// every 10 ms near the limit, and otherwise within 10 s; near the limit,
+// checks go to Redis. It never under-admits, and admits at most limit +
+// 2·N·S + F·(T + d + δ) per window (F the fleet's rate on the key, δ the
+// timing error of a flushed hit: 1 ms plus a round trip), limit + 2·N·S +
+// F·δ under load spread evenly over the nodes; a node that dies loses its
+// unflushed hits (at most S + r·(T + d) per key). All five algorithms, not
+// with on_limit: delay.
 //
 // # Inspecting
 //

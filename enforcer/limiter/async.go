@@ -5,6 +5,7 @@ import (
 	_ "embed" // async.lua
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,9 +25,12 @@ var asyncLua string
 
 var asyncScript = redis.NewScript(assemble(asyncLua))
 
-// Admitted is hits a node admitted at about one time: Age before the flush
-// is sent (the node rounds its hits' times down to the start of a short
-// interval, so Age is at least their real age).
+// Admitted is hits a node admitted at about one time: Age before the
+// flush's time (Flush's at; the node rounds its hits' times down to the start of a short
+// interval, so Age is at least their real age). Flush turns ages into
+// Redis's time through its estimate of Redis's clock (see redisClock), so a
+// hit is counted at most that estimate's error before it was admitted, and
+// never after.
 type Admitted struct {
 	Age  time.Duration
 	Hits int64
@@ -64,15 +68,17 @@ func Asyncable(req Request) bool {
 
 // Flush counts fs in Redis, in as few script calls as the keys' hash slots
 // and the call size allow, sent in one pipeline, and returns one Synced per
-// Flush, in order. The error is for invalid input only; Redis failures are
-// reported per key in Synced.Err.
-func (r *Redis) Flush(ctx context.Context, fs []Flush) ([]Synced, error) {
+// Flush, in order. The hits' ages count back from at, the node's time they
+// were measured at (the zero time: the call's). The error is for invalid
+// input only; Redis failures are reported per key in Synced.Err.
+func (r *Redis) Flush(ctx context.Context, at time.Time, fs []Flush) ([]Synced, error) {
 	out := make([]Synced, len(fs))
 	type call struct {
-		keys []string
-		args []any
-		idx  []int
-		cmd  *redis.Cmd
+		keys  []string
+		args  []any
+		idx   []int
+		cmd   *redis.Cmd
+		clock *redisClock
 	}
 	now := ""
 	if r.now != nil {
@@ -94,7 +100,7 @@ func (r *Redis) Flush(ctx context.Context, fs []Flush) ([]Synced, error) {
 		}
 		c := open[slot]
 		if c == nil || len(c.keys) >= maxFlushKeys || len(c.args)+6+2*len(f.Admitted) > maxFlushArgs {
-			c = &call{args: []any{now}}
+			c = &call{args: []any{now, ""}}
 			calls = append(calls, c)
 			open[slot] = c
 		}
@@ -107,6 +113,19 @@ func (r *Redis) Flush(ctx context.Context, fs []Flush) ([]Synced, error) {
 	}
 	if len(calls) == 0 {
 		return out, nil
+	}
+	sent := time.Now()
+	if at.IsZero() || at.After(sent) {
+		at = sent
+	}
+	if r.now == nil {
+		for _, c := range calls {
+			c.clock = r.clockOf(ctx, c.keys[0])
+			if b, ok := c.clock.at(at); ok {
+				c.args[1] = strconv.FormatInt(b, 10)
+			}
+		}
+		sent = time.Now()
 	}
 	if len(calls) == 1 {
 		c := calls[0]
@@ -125,11 +144,16 @@ func (r *Redis) Flush(ctx context.Context, fs []Flush) ([]Synced, error) {
 			c.cmd = asyncScript.Eval(ctx, r.client, c.keys, c.args...)
 		}
 	}
+	received := time.Now()
 	reloaded := false
 	for _, c := range calls {
 		reply, err := c.cmd.Result()
+		var at int64
 		if err == nil {
-			err = decodeSynced(reply, out, c.idx)
+			at, err = decodeSynced(reply, out, c.idx)
+		}
+		if err == nil && c.clock != nil {
+			c.clock.observe(sent, received, at)
 		}
 		if err != nil {
 			if r.cluster != nil && !reloaded {
@@ -145,19 +169,114 @@ func (r *Redis) Flush(ctx context.Context, fs []Flush) ([]Synced, error) {
 	return out, nil
 }
 
-// decodeSynced reads a flush reply: two integers per key of idx.
-func decodeSynced(reply any, out []Synced, idx []int) error {
+// decodeSynced reads a flush reply: Redis's time (µs), then two integers
+// per key of idx; it returns the time.
+func decodeSynced(reply any, out []Synced, idx []int) (int64, error) {
 	v, ok := reply.([]any)
-	if !ok || len(v) != 2*len(idx) {
-		return fmt.Errorf("%w: flush reply %T of %d values", errMalformedReply, reply, len(v))
+	if !ok || len(v) != 1+2*len(idx) {
+		return 0, fmt.Errorf("%w: flush reply %T of %d values", errMalformedReply, reply, len(v))
 	}
+	at, ok := v[0].(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w: flush time %T", errMalformedReply, v[0])
+	}
+	v = v[1:]
 	for j, i := range idx {
 		rem, ok1 := v[2*j].(int64)
 		reset, ok2 := v[2*j+1].(int64)
 		if !ok1 || !ok2 {
-			return fmt.Errorf("%w: flush values %T, %T", errMalformedReply, v[2*j], v[2*j+1])
+			return 0, fmt.Errorf("%w: flush values %T, %T", errMalformedReply, v[2*j], v[2*j+1])
 		}
 		out[i] = Synced{Remaining: min(rem, maxCount), ResetAfter: micros(reset)}
 	}
-	return nil
+	return at, nil
+}
+
+// redisClock estimates Redis's clock from the flushes, as NTP does: a
+// flush sent at s and answered at e (the node's monotonic clock) ran at
+// Redis time x, so Redis's clock read x at some instant of [s, e]: at e it
+// read x or later, at most e − s later. The estimate keeps
+// the flush with the shortest round trip, whose error is smallest, and
+// counts its age against it (1 ms per second, far more than clocks drift),
+// so a faster flush later, or an old estimate, gives way.
+type redisClock struct {
+	mu   sync.Mutex
+	have bool
+	mono time.Time     // when x was read, at the latest (e)
+	x    int64         // Redis's time, µs
+	rtt  time.Duration // e − s
+}
+
+// clockAging is how fast an estimate's error is taken to grow.
+const clockAging = 1000 // 1 ms per second
+
+// at returns Redis's time (µs) at the node's time t, never later than it
+// is, when an estimate exists.
+func (c *redisClock) at(t time.Time) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.have {
+		return 0, false
+	}
+	// Redis's time at mono was x or later; since then it advanced as
+	// the node's clock did, give or take the drift.
+	el := t.Sub(c.mono)
+	return c.x + (el - max(el, -el)/clockAging).Microseconds(), true
+}
+
+// observe takes a flush sent at s, answered at e, run at Redis time x.
+func (c *redisClock) observe(s, e time.Time, x int64) {
+	rtt := e.Sub(s)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.have || rtt <= c.rtt+e.Sub(c.mono)/clockAging {
+		c.have, c.mono, c.x, c.rtt = true, e, x, rtt
+	}
+}
+
+// known reports whether an estimate exists.
+func (c *redisClock) known() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.have
+}
+
+// redisClocks holds the clock estimates of one Redis: one, or on a
+// cluster one per master (each has its own clock), by address.
+type redisClocks struct {
+	one redisClock
+	mu  sync.Mutex
+	by  map[string]*redisClock
+}
+
+// clockOf returns the clock of the server that holds key (on a cluster,
+// key's master), reading it first (TIME) when it is not known yet. If that
+// fails, the clock stays unknown and the flush counts its hits back from
+// when it runs.
+func (r *Redis) clockOf(ctx context.Context, key string) *redisClock {
+	c, client := &r.clocks.one, redis.Cmdable(r.client)
+	if r.cluster != nil {
+		m, err := r.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return c
+		}
+		addr := m.Options().Addr
+		r.clocks.mu.Lock()
+		if r.clocks.by == nil {
+			r.clocks.by = map[string]*redisClock{}
+		}
+		if c = r.clocks.by[addr]; c == nil {
+			c = &redisClock{}
+			r.clocks.by[addr] = c
+		}
+		r.clocks.mu.Unlock()
+		client = m
+	}
+	if !c.known() {
+		s := time.Now()
+		if t, err := client.Time(ctx).Result(); err == nil {
+			c.observe(s, time.Now(), t.UnixMicro())
+		}
+	}
+	return c
 }

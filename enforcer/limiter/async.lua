@@ -13,10 +13,14 @@
 --
 -- KEYS      one state key per limit flushed.
 -- ARGV[1]   "" for Redis TIME, else a time in µs (tests only).
+-- ARGV[2]   the time in µs (Redis's clock) at which the node sent the call,
+--           as the node estimates it never later than it was; "" for now.
+--           The slots' ages count back from it (from now if it is later).
 -- Then, per key: algorithm code, limit, period (µs), capacity, calendar,
---           the number S of slots, then S pairs: age (µs before now at
+--           the number S of slots, then S pairs: age (µs before ARGV[2] at
 --           which the slot's hits were admitted, oldest first) and hits.
--- Returns   two integers per key: remaining now (after the hits; may be
+-- Returns   the time in µs (Redis's clock) the call ran at, then two
+--           integers per key: remaining now (after the hits; may be
 --           negative when the fleet admitted more than the limit) and the
 --           µs until the limit is back to full.
 if redis.replicate_commands then
@@ -32,8 +36,13 @@ else
 	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local out, n = {}, 0
-local a = 2
+local base = now
+if ARGV[2] ~= "" then
+	base = math.min(tonumber(ARGV[2]), now)
+end
+
+local out, n = { now }, 1
+local a = 3
 for k = 1, #KEYS do
 	local key = KEYS[k]
 	local code = ARGV[a]
@@ -47,7 +56,7 @@ for k = 1, #KEYS do
 	local st = alg.load(key, now, period)
 	local dirty = false
 	for _ = 1, slots do
-		local t, hits = now - tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+		local t, hits = base - tonumber(ARGV[a]), tonumber(ARGV[a + 1])
 		a = a + 2
 		if hits > 0 then
 			if code == "fw" then

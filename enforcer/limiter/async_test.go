@@ -36,7 +36,7 @@ func TestFlushCountsLikeTakes(t *testing.T) {
 				adm = append(adm, Admitted{Age: time.Duration(times[len(times)-1]-at) * time.Microsecond, Hits: hits[i]})
 			}
 			r.now = func() int64 { return times[len(times)-1] }
-			got, err := r.Flush(context.Background(), []Flush{{Req: b, Admitted: adm}})
+			got, err := r.Flush(context.Background(), time.Time{}, []Flush{{Req: b, Admitted: adm}})
 			if err != nil || got[0].Err != nil {
 				t.Fatalf("Flush: %v %v", err, got[0].Err)
 			}
@@ -63,7 +63,7 @@ func TestFlushOverLimit(t *testing.T) {
 	r, _, prefix := newTestRedis(t)
 	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow, rules.SlidingWindowCounter, rules.SlidingWindowLog} {
 		req := Request{Key: testKey(prefix, "over-"+string(alg)), Algorithm: alg, Limit: 10, Period: time.Minute}
-		got, err := r.Flush(context.Background(), []Flush{{Req: req, Admitted: []Admitted{{Hits: 12}}}})
+		got, err := r.Flush(context.Background(), time.Time{}, []Flush{{Req: req, Admitted: []Admitted{{Hits: 12}}}})
 		if err != nil || got[0].Err != nil {
 			t.Fatalf("%s: Flush: %v %v", alg, err, got[0].Err)
 		}
@@ -86,7 +86,7 @@ func TestFlushManyKeys(t *testing.T) {
 		fs[i] = Flush{Req: Request{Key: testKey(prefix, fmt.Sprint("k", i)), Algorithm: rules.FixedWindow, Limit: 100, Period: time.Minute},
 			Admitted: []Admitted{{Hits: int64(i%7 + 1)}}}
 	}
-	got, err := r.Flush(context.Background(), fs)
+	got, err := r.Flush(context.Background(), time.Time{}, fs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,43 @@ func TestFlushManyKeys(t *testing.T) {
 			t.Fatalf("key %d: %+v", i, s)
 		}
 	}
-	if _, err := r.Flush(context.Background(), []Flush{{Req: Request{Key: "x", Algorithm: rules.LeakyBucket, Limit: 1, Period: time.Second, MaxDelay: time.Second}}}); err == nil {
+	if _, err := r.Flush(context.Background(), time.Time{}, []Flush{{Req: Request{Key: "x", Algorithm: rules.LeakyBucket, Limit: 1, Period: time.Second, MaxDelay: time.Second}}}); err == nil {
 		t.Error("a shaping leaky bucket was flushed")
+	}
+}
+
+// TestFlushClock checks the estimate of Redis's clock that Flush times
+// hits with: after a few flushes it is never later than Redis's time, and
+// behind it by no more than a round trip and the time to read it.
+func TestFlushClock(t *testing.T) {
+	t.Parallel()
+	r, c, prefix := newTestRedis(t)
+	ctx := context.Background()
+	req := Request{Key: testKey(prefix, "clock"), Algorithm: rules.FixedWindow, Limit: 1000, Period: time.Minute}
+	for range 10 {
+		if got, err := r.Flush(ctx, time.Time{}, []Flush{{Req: req, Admitted: []Admitted{{Hits: 1}}}}); err != nil || got[0].Err != nil {
+			t.Fatalf("Flush: %v %+v", err, got)
+		}
+	}
+	clock := &r.clocks.one
+	for range 20 {
+		s := time.Now()
+		est, ok := clock.at(s)
+		x, err := c.Time(ctx).Result()
+		e := time.Now()
+		if err != nil || !ok {
+			t.Fatalf("TIME: %v; estimate known %v", err, ok)
+		}
+		clock.mu.Lock()
+		rtt := clock.rtt
+		clock.mu.Unlock()
+		// Redis read x at or after s: the estimate of its time at s is
+		// at most x, and at least x less (e − s) less the estimate's error.
+		if est > x.UnixMicro() {
+			t.Errorf("estimate %d µs is later than Redis's time %d µs", est, x.UnixMicro())
+		}
+		if lag := time.Duration(x.UnixMicro()-est) * time.Microsecond; lag > e.Sub(s)+rtt+time.Millisecond {
+			t.Errorf("estimate %v behind Redis, more than the read (%v) and the round trip (%v)", lag, e.Sub(s), rtt)
+		}
 	}
 }

@@ -92,6 +92,34 @@ func TestCluster(t *testing.T) {
 		{"batcher", NewBatcher(NewRedis(c), BatchOptions{Timeout: 2 * time.Second}).Take},
 		{"batcher without cache", NewBatcher(NewRedis(c), BatchOptions{OverLimitEntries: -1, Timeout: 2 * time.Second}).Take},
 	}
+	t.Run("flush across slots", func(t *testing.T) {
+		// One flush, keys on every master: each is counted, each master's
+		// clock is estimated apart.
+		r := NewRedis(c)
+		keys := spread(12, "flush")
+		var fs []Flush
+		for i, k := range keys {
+			fs = append(fs, Flush{Req: Request{Key: k, Algorithm: rules.FixedWindow, Limit: 100, Period: noBoundary},
+				Admitted: []Admitted{{Age: time.Millisecond, Hits: int64(i + 1)}}})
+		}
+		for round := 1; round <= 2; round++ {
+			got, err := r.Flush(ctx, time.Now(), fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range got {
+				if s.Err != nil || s.Remaining != 100-int64(round*(i+1)) {
+					t.Errorf("round %d, key %d: %+v, want remaining %d", round, i, s, 100-round*(i+1))
+				}
+			}
+		}
+		r.clocks.mu.Lock()
+		masters := len(r.clocks.by)
+		r.clocks.mu.Unlock()
+		if masters != 3 {
+			t.Errorf("clocks of %d masters, want 3", masters)
+		}
+	})
 	for _, eng := range engines {
 		t.Run(eng.name+"/all or nothing across slots", func(t *testing.T) {
 			keys := spread(3, eng.name+"aon")

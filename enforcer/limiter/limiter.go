@@ -220,6 +220,8 @@ type Redis struct {
 	// now, when set, replaces Redis TIME in the script: tests inject time
 	// with it. Production never sets it.
 	now func() int64
+	// clocks estimates Redis's clock for Flush (async.go).
+	clocks redisClocks
 }
 
 // NewRedis returns an engine that keeps its counters through client. The
