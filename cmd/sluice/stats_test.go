@@ -248,11 +248,11 @@ func TestLiveTrafficFleetWide(t *testing.T) {
 		}
 	}
 	// Steady for the warm-up (3 s) and two seconds judged (for_s), a step
-	// for three (two whole seconds above, however the batches straddle the
-	// second boundaries), and steady again for the spike to end.
+	// for three, and steady for three: two whole seconds above and two
+	// back below, however the batches straddle the second boundaries.
 	pace(8, 5)
 	pace(80, 3)
-	pace(8, 4)
+	pace(8, 3)
 	waitUntil(t, 15*time.Second, "the spike's end alert", func() bool {
 		hookMu.Lock()
 		defer hookMu.Unlock()
