@@ -272,7 +272,8 @@ func (s *server) serve(ctx context.Context, lns *listeners) error {
 		return nil
 	})
 	g.Go(func() error {
-		if err := s.grpc.Serve(lns.grpc); err != nil {
+		// ErrServerStopped: shutdown stopped the server before Serve ran.
+		if err := s.grpc.Serve(lns.grpc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("serve grpc: %w", err)
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,14 +132,21 @@ type failoverRun struct {
 	trips   int64               // times the breaker opened
 }
 
+// settleQuiet is how long, after a fault heals, the failure mode must
+// have answered no check before the load stops: five times the end of the
+// load check asks for.
+const settleQuiet = time.Second
+
 // runFailover puts load on both failure modes through a node's engine on
 // store, causes the fault with fault after 300 ms, and keeps the load on
-// until healed returns and another 2 s have passed.
+// after healed returns until the failure mode has answered nothing for
+// settleQuiet, or at most 2 s.
 func runFailover(t *testing.T, store engine.Store, fault func(), healed func()) failoverRun {
 	return runFault(t, store, fault, healed, 2*time.Second)
 }
 
-// runFault is runFailover with the load kept on for settle after healed.
+// runFault is runFailover with the load kept on for at most settle after
+// healed: until the failure mode has answered nothing for settleQuiet.
 func runFault(t *testing.T, store engine.Store, fault func(), healed func(), settle time.Duration) failoverRun {
 	t.Helper()
 	eng := node.NewEngine(store, testenv.KeyPrefix(t), discard)
@@ -166,11 +174,25 @@ func runFault(t *testing.T, store engine.Store, fault func(), healed func(), set
 	var mu sync.Mutex
 	run := failoverRun{samples: map[string][]sample{}}
 	var wg sync.WaitGroup
+	// lastErr is when the latest check the failure mode answered ended
+	// (Unix nanoseconds).
+	var lastErr atomic.Int64
+	seen := func(s sample) {
+		if !s.fromErr {
+			return
+		}
+		for end := s.start.Add(s.took).UnixNano(); ; {
+			old := lastErr.Load()
+			if end <= old || lastErr.CompareAndSwap(old, end) {
+				return
+			}
+		}
+	}
 	for _, key := range []string{"open", "closed"} {
 		wg.Go(func() {
 			// Two workers paced at 1 ms: these tests run beside other packages' timing
 			// tests on a 2-core machine.
-			s := loadPaced(eng, key, 2, time.Millisecond, stop)
+			s := loadPaced(eng, key, 2, time.Millisecond, stop, seen)
 			slices.SortFunc(s, func(a, b sample) int { return a.start.Compare(b.start) })
 			mu.Lock()
 			run.samples[key] = s
@@ -182,7 +204,13 @@ func runFault(t *testing.T, store engine.Store, fault func(), healed func(), set
 	fault()
 	healed()
 	run.healed = time.Now()
-	time.Sleep(settle)
+	// Redis decides again: check judges the end of the load.
+	for deadline := run.healed.Add(settle); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		quietSince := time.Unix(0, max(lastErr.Load(), run.healed.UnixNano()))
+		if time.Since(quietSince) >= settleQuiet {
+			break
+		}
+	}
 	close(stop)
 	wg.Wait()
 	run.trips = int64(eng.Breaker().Trips())

@@ -56,11 +56,12 @@ type sample struct {
 // load runs checks of key from workers goroutines until stop is closed,
 // each pausing 100 µs between checks.
 func load(eng *engine.Engine, key string, workers int, stop <-chan struct{}) []sample {
-	return loadPaced(eng, key, workers, 100*time.Microsecond, stop)
+	return loadPaced(eng, key, workers, 100*time.Microsecond, stop, nil)
 }
 
-// loadPaced is load with each worker pausing pace between checks.
-func loadPaced(eng *engine.Engine, key string, workers int, pace time.Duration, stop <-chan struct{}) []sample {
+// loadPaced is load with each worker pausing pace between checks, and
+// seen (when not nil) called with each sample as it is taken.
+func loadPaced(eng *engine.Engine, key string, workers int, pace time.Duration, stop <-chan struct{}, seen func(sample)) []sample {
 	var (
 		mu  sync.Mutex
 		all []sample
@@ -88,6 +89,9 @@ func loadPaced(eng *engine.Engine, key string, workers int, pace time.Duration, 
 					s.local = res.Statuses[0].Local
 				}
 				mine = append(mine, s)
+				if seen != nil {
+					seen(s)
+				}
 				// Paced, so the machine keeps idle CPU and latencies
 				// measure the checks, not the scheduler.
 				time.Sleep(pace)

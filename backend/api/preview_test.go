@@ -42,7 +42,7 @@ var pvTraffic = map[string]int{"v1": 40, "v2": 30, "v3": 20, "v4": 10, "t1": 3, 
 // pvBursts is how many bursts each phase sends, one every other second (so
 // that neither a sliding window nor a bucket carries one burst into the
 // next: every burst meets a full limit).
-const pvBursts = 3
+const pvBursts = 2
 
 // TestPreviewPredictsLimited runs known per-value traffic through a real
 // node (Redis, the stats stream, a real console and Postgres) under a high

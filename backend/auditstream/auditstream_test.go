@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/sluicehq/sluice/backend/auditstream"
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -95,7 +97,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestAuditStream(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	st, err := store.Open(ctx, testenv.PostgresURL(t), store.PasswordCost(bcrypt.MinCost)) // fast hashing
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -41,7 +42,7 @@ func (c *fakeClock) set(t time.Time) {
 func newStore(t testing.TB) *store.Store {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	st, err := store.Open(ctx, testenv.PostgresURL(t), store.PasswordCost(bcrypt.MinCost)) // the dummy hash at test speed
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -17,7 +18,7 @@ const staleAfter = time.Minute
 
 func openNodes(t *testing.T) *store.Store {
 	t.Helper()
-	st, err := store.Open(context.Background(), testenv.PostgresURL(t))
+	st, err := store.Open(context.Background(), testenv.PostgresURL(t), store.PasswordCost(bcrypt.MinCost)) // fast hashing
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,7 +141,7 @@ func totals(t *testing.T, c *client, from time.Time) map[string]ruleTotals {
 func TestLiveTrafficFleetWide(t *testing.T) {
 	// Not parallel: spikes are judged on paced traffic; other tests' load skews the rates.
 	if testing.Short() {
-		t.Skip("about 30 s of traffic")
+		t.Skip("about 20 s of traffic")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -247,9 +247,12 @@ func TestLiveTrafficFleetWide(t *testing.T) {
 			time.Sleep(time.Until(next))
 		}
 	}
-	pace(8, 8)
-	pace(80, 4)
-	pace(8, 8)
+	// Steady for the warm-up (3 s) and two seconds judged (for_s), a step
+	// for three, and steady for three: two whole seconds above and two
+	// back below, however the batches straddle the second boundaries.
+	pace(8, 5)
+	pace(80, 3)
+	pace(8, 3)
 	waitUntil(t, 15*time.Second, "the spike's end alert", func() bool {
 		hookMu.Lock()
 		defer hookMu.Unlock()

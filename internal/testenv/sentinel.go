@@ -29,37 +29,71 @@ type SentinelGroup struct {
 // sync and every sentinel knows the replica and the other sentinels.
 // downAfter is how long the master must be unreachable before the
 // sentinels fail it over (plus about a second of election).
+//
+// Each sentinel's configuration names the replica and the other sentinels
+// (with the ids they are given), as a sentinel's rewritten configuration
+// does, so the group is ready at once rather than after the sentinels'
+// hello messages (every 2 s) have introduced them to each other.
 func StartSentinel(t testing.TB, downAfter time.Duration, masterArgs ...string) *SentinelGroup {
 	t.Helper()
 	NeedCommands(t, "redis-server", "redis-cli")
 	g := &SentinelGroup{t: t, Name: "sluice"}
 	g.Master = StartRedis(t, masterArgs...)
 	g.Replica = StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(g.Master.port))
-	for i := range 3 {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("bind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 2\n"+
-			"sentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 5000\n",
-			dir, g.Name, g.Master.port, g.Name, downAfter.Milliseconds(), g.Name)
-		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+	for attempt := 0; ; attempt++ {
+		err := g.startSentinels(downAfter)
+		if err == nil {
+			break
+		}
+		if attempt == 5 { // a port was taken in between, five times over
 			t.Fatal(err)
 		}
-		s := &RedisServer{t: t, conf: conf, args: []string{"--sentinel", "--loglevel", "warning"}}
-		for attempt := 0; ; attempt++ {
-			s.port = FreePort(t)
-			err := s.launch()
-			if err == nil {
-				break
-			}
-			if attempt == 5 {
-				t.Fatalf("start sentinel %d: %v\n%s", i, err, s.Log())
-			}
-		}
-		t.Cleanup(s.Stop)
-		g.Sentinels = append(g.Sentinels, s)
 	}
 	g.waitReady(15 * time.Second)
 	return g
+}
+
+// startSentinels starts the group's three sentinels on free ports, each
+// configured with the others; if one does not start, it stops those that
+// did and returns why.
+func (g *SentinelGroup) startSentinels(downAfter time.Duration) error {
+	t := g.t
+	t.Helper()
+	const n = 3
+	ports, ids := make([]int, n), make([]string, n)
+	for i := range n {
+		ports[i], ids[i] = FreePort(t), randomHex(20) // a sentinel id is 40 hex digits
+	}
+	var started []*RedisServer
+	for i := range n {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("bind 127.0.0.1\ndir %s\nsentinel myid %s\nsentinel monitor %s 127.0.0.1 %d 2\n"+
+			"sentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 5000\n"+
+			"sentinel known-replica %s 127.0.0.1 %d\n",
+			dir, ids[i], g.Name, g.Master.port, g.Name, downAfter.Milliseconds(), g.Name, g.Name, g.Replica.port)
+		for j := range n {
+			if j != i {
+				body += fmt.Sprintf("sentinel known-sentinel %s 127.0.0.1 %d %s\n", g.Name, ports[j], ids[j])
+			}
+		}
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := &RedisServer{t: t, conf: conf, port: ports[i], args: []string{"--sentinel", "--loglevel", "warning"}}
+		if err := s.launch(); err != nil {
+			for _, s := range started {
+				s.Stop()
+			}
+			return fmt.Errorf("start sentinel %d: %v\n%s", i, err, s.Log())
+		}
+		started = append(started, s)
+	}
+	for _, s := range started {
+		t.Cleanup(s.Stop)
+	}
+	g.Sentinels = started
+	return nil
 }
 
 // URL is the group's redis+sentinel:// URL (database 0).

@@ -106,6 +106,13 @@ func PostgresURL(t testing.TB) string {
 	if _, err := admin.ExecContext(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tmpl)); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
+	// Commits do not wait for their WAL to reach the disk (as StartPostgres's
+	// servers run): nothing is lost unless the server crashes, which no
+	// test does to the shared one, and a test's many small transactions
+	// each skip an fsync.
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf("ALTER DATABASE %s SET synchronous_commit = off", name)); err != nil {
+		t.Fatalf("configure test database: %v", err)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
