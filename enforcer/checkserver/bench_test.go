@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/enforcer/engine"
 	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/enforcer/node"
+	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -178,7 +179,7 @@ func benchGRPC(b *testing.B, name string, keys, callers int) {
 	b.ReportAllocs()
 	b.SetParallelism(max(callers/runtime.GOMAXPROCS(0), 1))
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := bench.ProcessCPU()
 	var n, undecided atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -191,7 +192,7 @@ func benchGRPC(b *testing.B, name string, keys, callers int) {
 		}
 	})
 	b.ReportMetric(float64(undecided.Load())/float64(b.N), "undecided/check")
-	if cpu := processCPU(); cpu0 >= 0 && cpu >= 0 {
+	if cpu := bench.ProcessCPU(); cpu0 >= 0 && cpu >= 0 {
 		// Client and server together: the client's share is the same for
 		// every server.
 		b.ReportMetric(float64((cpu-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/check")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -188,7 +189,7 @@ func BenchmarkAsyncKeys(b *testing.B) {
 				wg.Wait()
 				local0 := e.AsyncStats().Local
 				var failed, refused, seq atomic.Int64
-				cpu0, node0 := redisCPU(b, info), processCPU()
+				cpu0, node0 := redisCPU(b, info), bench.ProcessCPU()
 				start := time.Now()
 				b.ReportAllocs()
 				b.SetParallelism(128) // 256 callers at GOMAXPROCS 2
@@ -209,7 +210,7 @@ func BenchmarkAsyncKeys(b *testing.B) {
 				})
 				b.StopTimer()
 				secs := time.Since(start).Seconds()
-				cpu, node := redisCPU(b, info)-cpu0, processCPU()-node0
+				cpu, node := redisCPU(b, info)-cpu0, bench.ProcessCPU()-node0
 				b.ReportMetric(float64(b.N)/secs, "checks/s")
 				if node0 >= 0 {
 					b.ReportMetric(float64(node.Microseconds())/float64(b.N), "node-cpu-µs/check")

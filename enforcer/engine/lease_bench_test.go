@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -75,7 +76,7 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 				b.Cleanup(func() { e.Close(context.Background()) })
 				req := hot("x")
 				var failed, refused atomic.Int64
-				cpu0, node0 := redisCPU(b, info), processCPU()
+				cpu0, node0 := redisCPU(b, info), bench.ProcessCPU()
 				start := time.Now()
 				b.ReportAllocs()
 				b.SetParallelism(128) // 256 callers at GOMAXPROCS 2
@@ -96,7 +97,7 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 				})
 				b.StopTimer()
 				secs := time.Since(start).Seconds()
-				cpu, node := redisCPU(b, info)-cpu0, processCPU()-node0
+				cpu, node := redisCPU(b, info)-cpu0, bench.ProcessCPU()-node0
 				b.ReportMetric(float64(b.N)/secs, "checks/s")
 				if node0 >= 0 {
 					// The benchmark's own loop included: an upper bound.

@@ -193,9 +193,9 @@ func run(ctx context.Context, cfg Config) (result, error) {
 	cpu := make(chan time.Duration, 1)
 	go func() { // the process's CPU time from the window's start to its end
 		sleepUntil(cpuCtx, w.measureFrom)
-		t0 := processCPU()
+		t0 := ProcessCPU()
 		sleepUntil(cpuCtx, w.end)
-		t1 := processCPU()
+		t1 := ProcessCPU()
 		if t0 < 0 || t1 < 0 {
 			cpu <- -1
 			return

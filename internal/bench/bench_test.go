@@ -154,7 +154,7 @@ func TestBench(t *testing.T) {
 			// process), where getrusage exists: measured, so above zero,
 			// and within what the machine's CPUs have in the 300 ms window
 			// (and a half, for timers waking late).
-			if processCPU() >= 0 {
+			if ProcessCPU() >= 0 {
 				if cpu := benchCPU(t, out); cpu <= 0 || cpu*float64(checks) > float64(runtime.NumCPU())*450e3 {
 					t.Errorf("cpu/check %v µs for %d checks in 300 ms:\n%s", cpu, checks, out)
 				}

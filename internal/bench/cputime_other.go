@@ -4,5 +4,5 @@ package bench
 
 import "time"
 
-// processCPU is unknown (-1) where getrusage is not available.
-func processCPU() time.Duration { return -1 }
+// ProcessCPU is unknown (-1) where getrusage is not available.
+func ProcessCPU() time.Duration { return -1 }

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// processCPU is the CPU time (user and system) the process has used, or -1
+// ProcessCPU is the CPU time (user and system) the process has used, or -1
 // when it cannot be read.
-func processCPU() time.Duration {
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return -1

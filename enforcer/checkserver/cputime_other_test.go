@@ -1,8 +1,0 @@
-//go:build !unix
-
-package checkserver_test
-
-import "time"
-
-// processCPU cannot be read here.
-func processCPU() time.Duration { return -1 }
