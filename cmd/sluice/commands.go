@@ -123,7 +123,7 @@ func runEnforcer(ctx context.Context, args []string, getenv func(string) string,
 	enforcerFlags(fs, &cfg, &nodeTokenFile)
 	gatewayFlags(fs, &cfg, &trusted)
 	fs.string(&storeTimeout, "redis-timeout", "SLUICE_REDIS_TIMEOUT", "50ms", "bound on each step (dial, pool wait, write, read) of a check's Redis call; past it the limit's failure_mode answers")
-	fs.string(&asyncFlush, "async-flush-interval", "SLUICE_ASYNC_FLUSH_INTERVAL", "100ms", "how often the hits of consistency: async limits are sent to Redis (10ms to 10s)")
+	fs.string(&asyncFlush, "async-flush-interval", "SLUICE_ASYNC_FLUSH_INTERVAL", "100ms", "how often the hits of consistency: async limits near their limit are sent to Redis (10ms to 10s; keys far from it send theirs once their share fills or within 10 s)")
 	fs.string(&labels, "labels", "SLUICE_LABELS", "", "node labels as k=v,k=v")
 	fs.string(&cfg.Region, "region", "SLUICE_REGION", "", "this node's region, when enforcers run in several regions each with its own Redis (letters, digits, - _ .)")
 	fs.string(&cfg.GlobalRedisURL, "global-redis-url", "SLUICE_GLOBAL_REDIS_URL", "", "the store the regions exchange their counts of scope: global limits through (needs --region); same forms as --redis-url")
