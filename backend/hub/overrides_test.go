@@ -176,9 +176,11 @@ func TestOverrideOnTwoReplicas(t *testing.T) {
 	if len(sys) != 1 || ended.EndedVersion == nil || sys[0].Version != *ended.EndedVersion {
 		t.Fatalf("system versions %+v for override %+v; want exactly one, the one that ended it", sys, ended)
 	}
+	// About 1 s on an idle machine (expireEvery); 5.4 s was seen with
+	// the whole suite running on 2 cores.
 	late := sys[0].CreatedAt.Sub(expires)
-	if late < 0 || late > 5*time.Second {
-		t.Errorf("expired %v after expires_at, want within 5s", late)
+	if late < 0 || late > 10*time.Second {
+		t.Errorf("expired %v after expires_at, want within 10s", late)
 	}
 	t.Logf("the system version came %v after expires_at", late)
 	waitFor(t, "both nodes on the version without it", onVersion(sys[0].Version))
