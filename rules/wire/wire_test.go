@@ -3,6 +3,7 @@ package wire_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -193,11 +194,25 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"quota","epoch":"e","seq":1,"usage":[{"domain":"d","rule":"r","unit":"month","value":"v","start":0,"hits":1,"limit":5}]}`,
 		`{"type":"quota_ack","epoch":"e","seq":1}`,
 		`{"type":7}`, `null`, `{}`,
+		// Where two JSON decoders could differ (Decode's and encoding/json's).
+		`{"type":"ack","version":1e2}`, `{"type":"ack","version":1.5}`, `{"type":"ack","version":-0}`,
+		`{"type":"ack","version":99999999999999999999}`, `{"type":"ack","version":"1"}`,
+		`{"type":"ack","version":null}`, `{"type":"ack","VERSION":2,"version":3}`,
+		`{"type":"ack","x":{"a":[1,{"b":null}],"c":"\ud83d\ude00"}}`, "{\"type\":\"nack\",\"error\":\"\xff\"}",
+		`{"type":"nack","error":"\ud800x"}`, `{"type":"ack"} {}`, ` {"type":"ack"} `,
+		`{"type":"stats","interval_ms":1000,"rules":null}`, `{"type":"stats","rules":[null]}`,
+		`{"type":"hello","labels":{"a":"b","a":"c"}}`, `{"type":"hello","labels":[]}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		msg, err := wire.Decode(data)
+		// Decode's JSON decoder agrees with encoding/json's.
+		if std, stdErr := wire.DecodeStd(data); (err == nil) != (stdErr == nil) {
+			t.Fatalf("Decode: %v; with encoding/json: %v", err, stdErr)
+		} else if err == nil && !reflect.DeepEqual(msg, std) {
+			t.Fatalf("Decode: %+v; with encoding/json: %+v", msg, std)
+		}
 		if err != nil {
 			if msg != nil {
 				t.Fatalf("Decode returned %T with error %v", msg, err)
