@@ -614,6 +614,12 @@ func BenchmarkPush(b *testing.B) {
 	baseGoroutines := runtime.NumGoroutine()
 
 	var current *fleet
+	// What each nodes=N run measured of its publishes, for floor-nodes=N.
+	type pushRun struct {
+		cpu   time.Duration // console CPU per publish
+		bytes int           // bytes written per node per publish
+	}
+	publishCPU := map[int]pushRun{}
 	b.Cleanup(func() {
 		if current != nil {
 			current.stop()
@@ -683,6 +689,7 @@ func BenchmarkPush(b *testing.B) {
 			c0, f0, p0 := testenv.ProcessCPU(os.Getpid()), testenv.ProcessCPU(current.cmd.Process.Pid), testenv.PostgresCPU()
 			busy0, all0 := machineCPU()
 			w0, _ := testenv.WriteCalls()
+			wb0, _ := testenv.WrittenBytes()
 			b.ResetTimer()
 			for range b.N {
 				v, began := publish()
@@ -695,8 +702,12 @@ func BenchmarkPush(b *testing.B) {
 			c1, f1, p1 := testenv.ProcessCPU(os.Getpid()), testenv.ProcessCPU(current.cmd.Process.Pid), testenv.PostgresCPU()
 			busy1, all1 := machineCPU()
 			w1, _ := testenv.WriteCalls()
+			wb1, _ := testenv.WrittenBytes()
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(float64(w1-w0)/float64(b.N*n), "console-writes/node/publish")
+			bytesPerNode := int((wb1 - wb0) / int64(b.N*n))
+			b.ReportMetric(float64(bytesPerNode), "console-bytes/node/publish")
+			publishCPU[n] = pushRun{cpu: (c1 - c0) / time.Duration(b.N), bytes: bytesPerNode}
 			if all1 > all0 {
 				b.ReportMetric(100*float64(busy1-busy0)/float64(all1-all0), "machine-busy-%")
 			}
@@ -715,6 +726,30 @@ func BenchmarkPush(b *testing.B) {
 			b.ReportMetric(float64((p1-p0).Milliseconds())/float64(b.N), "postgres-cpu-ms/publish")
 			b.ReportMetric(float64((c1-c0).Milliseconds())/float64(b.N), "console-cpu-ms/publish")
 			b.ReportMetric(float64((f1-f0).Milliseconds())/float64(b.N), "fleet-cpu-ms/publish")
+		})
+	}
+	for _, n := range fleetSizes {
+		b.Run(fmt.Sprintf("floor-nodes=%d", n), func(b *testing.B) {
+			// The transport floor of the publishes nodes=n measured: the
+			// same bytes to as many sockets, an ack read from each, and
+			// nothing else. The fleet is gone meanwhile: its idle
+			// keepalives would be counted.
+			run, ok := publishCPU[n]
+			if !ok {
+				b.Skipf("nodes=%d did not run: the floor sends the snapshot size it measured", n)
+			}
+			if current != nil {
+				current.stop()
+				current = nil
+				time.Sleep(3 * time.Second) // the console marks the fleet gone
+			}
+			b.ResetTimer()
+			floor := floorPublish(b, n, run.bytes, max(5, b.N))
+			b.StopTimer()
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(floor.Microseconds())/1000, "floor-cpu-ms/publish")
+			b.ReportMetric(float64(floor.Microseconds())/float64(n), "floor-cpu-us/node")
+			b.ReportMetric(float64(run.cpu)/float64(floor), "console-x-floor")
 		})
 	}
 	for _, n := range []int{1000, 10000} {

@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(consoleHelperEnv) != "" {
 		os.Exit(runConsoleHelper())
 	}
+	if addr := os.Getenv(floorEnv); addr != "" {
+		os.Exit(runFloorPeers(addr))
+	}
 	if n, err := strconv.Atoi(os.Getenv(fleetEnv)); err == nil && n > 0 {
 		os.Exit(runFleet(n, os.Getenv("SLUICE_HUB_BENCH_URL"), os.Getenv("SLUICE_HUB_BENCH_TOKENS")))
 	}

@@ -43,13 +43,20 @@ func PostgresCPU() time.Duration {
 
 // WriteCalls returns the write system calls this process made so far,
 // from /proc/self/io.
-func WriteCalls() (int64, error) {
+func WriteCalls() (int64, error) { return procIO("syscw") }
+
+// WrittenBytes returns the bytes this process wrote so far (to sockets,
+// files and pipes), from /proc/self/io.
+func WrittenBytes() (int64, error) { return procIO("wchar") }
+
+// procIO returns the counter named field of /proc/self/io.
+func procIO(field string) (int64, error) {
 	data, err := os.ReadFile("/proc/self/io")
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.Lines(string(data)) {
-		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+		if v, ok := strings.CutPrefix(line, field+": "); ok {
 			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
