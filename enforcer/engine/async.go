@@ -81,7 +81,9 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,16 +167,22 @@ func WithAsync(r *limiter.Redis, o AsyncOptions) Option {
 		if o.Timeout <= 0 {
 			o.Timeout = DefaultAsyncTimeout
 		}
-		e.async = &asyncs{e: e, redis: r, opts: o, m: map[leaseKey]*akey{}, stop: make(chan struct{})}
+		e.async = &asyncs{e: e, redis: r, opts: o, m: map[leaseKey]*akey{}, stop: make(chan struct{}), nonce: rand.Text()}
 	}
 }
 
 // AsyncStats reports, since start, how many limits of checks were admitted
 // locally (Local) and how many async limits of checks went to the store
-// (Exact), and how many flush calls were made and failed.
+// (Exact), how many flush calls were made and failed, and the hits of the
+// flushes given up after failing for a while (Dropped: perhaps never
+// counted).
 type AsyncStats struct {
-	Local, Exact, Flushes, FlushErrors int64
+	Local, Exact, Flushes, FlushErrors, Dropped int64
 }
+
+// Async reports whether the engine counts consistency: async limits
+// asynchronously (WithAsync).
+func (e *Engine) Async() bool { return e.async != nil }
 
 // AsyncStats returns the async counters (zero without WithAsync).
 func (e *Engine) AsyncStats() AsyncStats {
@@ -182,7 +190,7 @@ func (e *Engine) AsyncStats() AsyncStats {
 	if as == nil {
 		return AsyncStats{}
 	}
-	return AsyncStats{Local: as.local.Load(), Exact: as.exact.Load(), Flushes: as.flushes.Load(), FlushErrors: as.flushErrors.Load()}
+	return AsyncStats{Local: as.local.Load(), Exact: as.exact.Load(), Flushes: as.flushes.Load(), FlushErrors: as.flushErrors.Load(), Dropped: as.dropped.Load()}
 }
 
 // asyncs is the async counting of one engine.
@@ -192,6 +200,9 @@ type asyncs struct {
 	opts  AsyncOptions
 
 	local, exact, flushes, flushErrors atomic.Int64
+	dropped                            atomic.Int64 // hits of flushes given up
+	nonce                              string       // this engine's part of flush ids
+	seq                                atomic.Uint64
 	rtt                                atomic.Int64 // ns, the last flush's round trip
 	closed                             atomic.Bool
 
@@ -203,6 +214,7 @@ type asyncs struct {
 	queue   []aqueued // keys with pending hits, in the order they got them
 	due     []*akey   // of those, keys to flush at the next interval
 	urgent  []*akey   // of those, keys near their limit: flushed every tick
+	retry   []*abatch // flushes that failed, sent again at the next interval
 	running bool      // the flush loop runs
 	stop    chan struct{}
 	loopWG  sync.WaitGroup
@@ -610,8 +622,10 @@ func (as *asyncs) loop() {
 		as.qmu.Lock()
 		keys := as.urgent
 		as.urgent = nil
+		retries := false
 		if since >= as.opts.Interval {
 			since = 0
+			retries = len(as.retry) > 0
 			keys = append(keys, as.due...)
 			as.due = nil
 			cutoff := time.Now().Add(as.opts.Interval - as.opts.Hold)
@@ -622,7 +636,7 @@ func (as *asyncs) loop() {
 			}
 			as.queue = slices.Delete(as.queue, 0, n)
 		}
-		if len(keys) == 0 && len(as.queue) == 0 && len(as.due) == 0 {
+		if len(keys) == 0 && len(as.queue) == 0 && len(as.due) == 0 && len(as.retry) == 0 {
 			idle += tick
 			if idle >= time.Second {
 				as.running = false
@@ -631,6 +645,10 @@ func (as *asyncs) loop() {
 			}
 		}
 		as.qmu.Unlock()
+		if retries {
+			idle = 0
+			as.sendRetries(context.Background())
+		}
 		if len(keys) > 0 {
 			idle = 0
 			as.flush(context.Background(), keys)
@@ -639,14 +657,11 @@ func (as *asyncs) loop() {
 }
 
 // flush sends the pending hits of keys in one Redis.Flush and sets their
-// views from the answer. Keys that fail keep their hits, and keys with a
-// flush in flight, are flushed again at the next interval.
+// views from the answer. Keys with a flush in flight are flushed again at
+// the next interval; a flush that fails is sent again (see send).
 func (as *asyncs) flush(ctx context.Context, keys []*akey) {
-	fs := make([]limiter.Flush, 0, len(keys))
-	sent := make([]*akey, 0, len(keys))
-	slots := make([][]aslot, 0, len(keys))
+	b := &abatch{first: time.Now()}
 	var again []*akey
-	now := time.Now()
 	for _, k := range keys {
 		k.mu.Lock()
 		k.queued, k.due, k.urgent = false, false, false
@@ -657,13 +672,8 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 			k.due = true
 			again = append(again, k)
 		default:
-			adm := make([]limiter.Admitted, len(k.pending))
-			for i, s := range k.pending {
-				adm[i] = limiter.Admitted{Age: now.Sub(s.at), Hits: s.hits}
-			}
-			fs = append(fs, limiter.Flush{Req: k.req, Admitted: adm})
-			slots = append(slots, k.pending)
-			sent = append(sent, k)
+			b.keys = append(b.keys, k)
+			b.slots = append(b.slots, k.pending)
 			k.inflight += k.npending
 			k.pending, k.npending = nil, 0
 			k.flushing = make(chan struct{})
@@ -673,63 +683,115 @@ func (as *asyncs) flush(ctx context.Context, keys []*akey) {
 	if len(again) > 0 {
 		as.requeue(again)
 	}
-	if len(fs) == 0 {
+	if len(b.keys) == 0 {
 		return
 	}
+	b.id = as.nonce + ":" + strconv.FormatUint(as.seq.Add(1), 36)
+	as.send(ctx, b)
+}
+
+// abatch is one flush: its keys' hits, held in flight until Redis answers.
+type abatch struct {
+	id    string // the flush's id for Redis.Flush, unique on the fleet
+	keys  []*akey
+	slots [][]aslot // per key, the hits sent
+	first time.Time // when it was first sent
+}
+
+// asyncGiveUp is how long a failed flush is sent again: within
+// limiter.FlushMarkerTTL, so that a retry never counts twice.
+const asyncGiveUp = limiter.FlushMarkerTTL / 2
+
+// send sends b and settles its keys. A flush that fails may have been
+// counted all the same (a timeout after Redis got it), so its hits are not
+// sent again as new ones, which could count them twice and refuse the
+// fleet early: b is sent again as it was, with its id, at the next
+// interval, and Redis counts each of its calls once. Its keys stay in
+// flight meanwhile (their new hits wait), their views ageing. A flush that
+// keeps failing for asyncGiveUp is given up: its hits may then never be
+// counted (the fleet over-admits by them, as when a node dies), and
+// AsyncStats counts them.
+func (as *asyncs) send(ctx context.Context, b *abatch) {
+	now := time.Now()
+	fs := make([]limiter.Flush, len(b.keys))
+	for n, k := range b.keys {
+		adm := make([]limiter.Admitted, len(b.slots[n]))
+		for i, s := range b.slots[n] {
+			adm[i] = limiter.Admitted{Age: now.Sub(s.at), Hits: s.hits}
+		}
+		fs[n] = limiter.Flush{Req: k.req, Admitted: adm}
+	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), as.opts.Timeout)
-	out, err := as.redis.Flush(fctx, now, fs)
+	out, err := as.redis.Flush(fctx, now, b.id, fs)
 	cancel()
 	done := time.Now()
 	as.flushes.Add(1)
 	if err == nil {
 		as.rtt.Store(int64(done.Sub(now)))
+		for n := range out {
+			if out[n].Err != nil {
+				err = out[n].Err
+				break
+			}
+		}
 	}
-	var retry []*akey
-	failed := false
-	for n, k := range sent {
-		ferr := err
-		if ferr == nil {
-			ferr = out[n].Err
-		}
-		k.mu.Lock()
-		var units int64
-		for _, s := range slots[n] {
-			units += s.hits
-		}
-		k.inflight -= units
-		if ferr != nil {
-			failed = true
+	if err != nil {
+		as.flushErrors.Add(1)
+		giveUp := done.Sub(b.first) >= asyncGiveUp
+		for n, k := range b.keys {
+			k.mu.Lock()
 			// Unreachable: the key's checks go exact, and the failure
 			// modes answer. Slow (a timeout): its view keeps ageing, and
 			// the margin grows with it, up to MaxAge.
-			k.failed = k.failed || StoreDown(ferr)
+			k.failed = k.failed || StoreDown(err)
 			k.stale = true
-			// Kept, older than anything pending since, and sent again.
-			k.pending = append(slots[n], k.pending...)
-			if len(k.pending) > maxAsyncSlots {
-				k.pending = mergeSlots(k.pending)
+			if giveUp {
+				units := slotHits(b.slots[n])
+				k.inflight -= units
+				as.dropped.Add(units)
+				close(k.flushing)
+				k.flushing = nil
 			}
-			k.npending += units
-			if !k.due {
-				k.due = true
-				retry = append(retry, k)
-			}
-		} else {
-			k.failed, k.stale = false, false
-			k.have = true
-			k.known, k.knownAt = out[n].Remaining, now
-			k.resetAt = done.Add(out[n].ResetAfter)
-			k.gen++
+			k.mu.Unlock()
 		}
+		if !giveUp {
+			as.qmu.Lock()
+			as.retry = append(as.retry, b)
+			as.qmu.Unlock()
+		}
+		return
+	}
+	for n, k := range b.keys {
+		k.mu.Lock()
+		k.inflight -= slotHits(b.slots[n])
+		k.failed, k.stale = false, false
+		k.have = true
+		k.known, k.knownAt = out[n].Remaining, now
+		k.resetAt = done.Add(out[n].ResetAfter)
+		k.gen++
 		close(k.flushing)
 		k.flushing = nil
 		k.mu.Unlock()
 	}
-	if failed {
-		as.flushErrors.Add(1)
+}
+
+// slotHits sums the hits of s.
+func slotHits(s []aslot) int64 {
+	var n int64
+	for _, x := range s {
+		n += x.hits
 	}
-	if len(retry) > 0 {
-		as.requeue(retry)
+	return n
+}
+
+// sendRetries sends again the flushes that failed.
+func (as *asyncs) sendRetries(ctx context.Context) {
+	as.qmu.Lock()
+	bs := as.retry
+	as.retry = nil
+	as.qmu.Unlock()
+	for _, b := range bs {
+		as.send(ctx, b)
 	}
 }
 
@@ -738,16 +800,6 @@ func (as *asyncs) requeue(keys []*akey) {
 	as.qmu.Lock()
 	as.due = append(as.due, keys...)
 	as.qmu.Unlock()
-}
-
-// mergeSlots folds the oldest slots into one at the oldest time, down to
-// maxAsyncSlots (earlier times only make hits count sooner).
-func mergeSlots(s []aslot) []aslot {
-	extra := len(s) - maxAsyncSlots + 1
-	for i := 1; i <= extra; i++ {
-		s[0].hits += s[i].hits
-	}
-	return append(s[:1], s[extra+1:]...)
 }
 
 // changed retires the keys whose limit no longer applies as it was; their
@@ -815,6 +867,7 @@ func (as *asyncs) close(ctx context.Context) error {
 		if len(left) == 0 || ctx.Err() != nil {
 			break
 		}
+		as.sendRetries(ctx)
 		as.flush(ctx, left)
 		keys = left
 	}

@@ -420,6 +420,90 @@ func TestAsyncRedisDownDuringFlush(t *testing.T) {
 	}
 }
 
+// TestAsyncFlushTimedOutCountsOnce freezes Redis while a flush is on its
+// way: the flush times out, Redis counts it once it thaws, and the node,
+// which cannot know that, sends it again. The retry must not count the
+// same hits twice (which would refuse the fleet early): Redis counts
+// exactly what the node admitted.
+func TestAsyncFlushTimedOutCountsOnce(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	prefix := testenv.KeyPrefix(t)
+	set := asyncRules(t, rules.FixedWindow, 1000, "hour", "    failure_mode: closed\n")
+	client, err := limiter.NewClient(srv.URL(), limiter.WithTimeout(100*time.Millisecond), limiter.WithDialTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	r := limiter.NewRedis(client)
+	e := New(limiter.NewBatcher(r, limiter.BatchOptions{Timeout: 100 * time.Millisecond}), prefix,
+		WithAsync(r, AsyncOptions{Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, MaxAge: 5 * time.Second, Hold: 200 * time.Millisecond}))
+	if err := e.Apply(1, set); err != nil {
+		t.Fatal(err)
+	}
+	warm(t, e, "k")
+	admitted := int64(1)
+	check := func() {
+		t.Helper()
+		res, err := e.Check(context.Background(), hot("k"))
+		if err != nil || res.Code != OK || res.StoreErr != nil {
+			t.Fatalf("check: %+v %v", res, err)
+		}
+		admitted++
+	}
+	for range 5 {
+		check()
+	}
+	k := asyncKey(t, e, "k")
+	settled := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			k.mu.Lock()
+			left, stale := k.npending+k.inflight, k.stale
+			k.mu.Unlock()
+			if left == 0 && !stale {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d hits pending (stale %v) five seconds %s", left, stale, what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	settled("after the first checks")
+	srv.Signal(syscall.SIGSTOP)
+	thawed := false
+	defer func() {
+		if !thawed {
+			srv.Signal(syscall.SIGCONT)
+		}
+	}()
+	// Decided from the node's view (MaxAge 5 s): no check waits on Redis.
+	// 30 hits are more than the key's share (10): flushed at the next
+	// interval, into the frozen server's socket.
+	for range 30 {
+		check()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.AsyncStats().FlushErrors < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("flushes failed %d times in 5 s with Redis frozen", e.AsyncStats().FlushErrors)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv.Signal(syscall.SIGCONT)
+	thawed = true
+	settled("after Redis thawed")
+	st := e.AsyncStats()
+	if got := used(t, srv.URL(), prefix, set, "k"); got != admitted {
+		t.Errorf("Redis counted %d, the node admitted %d (%d flushes, %d failed)", got, admitted, st.Flushes, st.FlushErrors)
+	}
+	if st.Dropped != 0 {
+		t.Errorf("%d hits given up", st.Dropped)
+	}
+}
+
 // TestAsyncRuleChange changes the limit while hits are pending: they are
 // flushed under the old limit's key and counted, and checks follow the
 // new limit.

@@ -5,6 +5,7 @@ import (
 	_ "embed" // async.lua
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,12 +67,24 @@ func Asyncable(req Request) bool {
 	return req.MaxDelay == 0
 }
 
+// FlushMarkerTTL is how long Redis remembers that a call of a flush with
+// an id was counted (see Flush): a flush retried with its id later than
+// this may count its hits twice, so its sender gives up on it sooner.
+const FlushMarkerTTL = 30 * time.Second
+
 // Flush counts fs in Redis, in as few script calls as the keys' hash slots
 // and the call size allow, sent in one pipeline, and returns one Synced per
 // Flush, in order. The hits' ages count back from at, the node's time they
 // were measured at (the zero time: the call's). The error is for invalid
 // input only; Redis failures are reported per key in Synced.Err.
-func (r *Redis) Flush(ctx context.Context, at time.Time, fs []Flush) ([]Synced, error) {
+//
+// A failed call may have been counted all the same (its answer timed out
+// or was lost). id, unique to this flush on the fleet, makes retrying it
+// safe: sent again with the same id and the same fs (the ages may differ:
+// at moves on), within FlushMarkerTTL, every call counted the first time
+// counts nothing again and reports the remaining. With id "" a retry may
+// count twice.
+func (r *Redis) Flush(ctx context.Context, at time.Time, id string, fs []Flush) ([]Synced, error) {
 	out := make([]Synced, len(fs))
 	type call struct {
 		keys  []string
@@ -100,7 +113,7 @@ func (r *Redis) Flush(ctx context.Context, at time.Time, fs []Flush) ([]Synced, 
 		}
 		c := open[slot]
 		if c == nil || len(c.keys) >= maxFlushKeys || len(c.args)+6+2*len(f.Admitted) > maxFlushArgs {
-			c = &call{args: []any{now, ""}}
+			c = &call{args: []any{now, "", ""}}
 			calls = append(calls, c)
 			open[slot] = c
 		}
@@ -113,6 +126,15 @@ func (r *Redis) Flush(ctx context.Context, at time.Time, fs []Flush) ([]Synced, 
 	}
 	if len(calls) == 0 {
 		return out, nil
+	}
+	if id != "" {
+		ttl := strconv.FormatInt(FlushMarkerTTL.Milliseconds(), 10)
+		for i, c := range calls {
+			if m, ok := flushMarker(c.keys[0], id, i); ok {
+				c.args[2] = ttl
+				c.keys = append(c.keys, m)
+			}
+		}
 	}
 	sent := time.Now()
 	if at.IsZero() || at.After(sent) {
@@ -167,6 +189,22 @@ func (r *Redis) Flush(ctx context.Context, at time.Time, fs []Flush) ([]Synced, 
 		}
 	}
 	return out, nil
+}
+
+// flushMarker names the marker of call i of flush id, in the hash slot of
+// key: its hash tag is the part of key that names key's slot. A key
+// without a hash tag that holds a "}" has no such name (false).
+func flushMarker(key, id string, i int) (string, bool) {
+	tag := key
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
+			tag = key[open+1 : open+1+n]
+		}
+	}
+	if strings.IndexByte(tag, '}') >= 0 {
+		return "", false
+	}
+	return "{" + tag + "}:sluice-flush:" + id + ":" + strconv.Itoa(i), true
 }
 
 // decodeSynced reads a flush reply: Redis's time (µs), then two integers

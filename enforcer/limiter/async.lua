@@ -16,6 +16,12 @@
 -- ARGV[2]   the time in µs (Redis's clock) at which the node sent the call,
 --           as the node estimates it never later than it was; "" for now.
 --           The slots' ages count back from it (from now if it is later).
+-- ARGV[3]   "" for no marker, else the marker's time to live in ms: the last
+--           key is then the call's marker, a key named for the node's flush
+--           and this call of it (in the first key's hash slot). A call whose
+--           marker exists already was counted before (a retry of a flush
+--           whose answer never came): it counts nothing again and reports
+--           the remaining as any call does.
 -- Then, per key: algorithm code, limit, period (µs), capacity, calendar,
 --           the number S of slots, then S pairs: age (µs before ARGV[2] at
 --           which the slot's hits were admitted, oldest first) and hits.
@@ -41,9 +47,15 @@ if ARGV[2] ~= "" then
 	base = math.min(tonumber(ARGV[2]), now)
 end
 
+local nkeys, replay = #KEYS, false
+if ARGV[3] ~= "" then
+	nkeys = nkeys - 1
+	replay = not redis.call("SET", KEYS[#KEYS], "1", "NX", "PX", ARGV[3])
+end
+
 local out, n = { now }, 1
-local a = 3
-for k = 1, #KEYS do
+local a = 4
+for k = 1, nkeys do
 	local key = KEYS[k]
 	local code = ARGV[a]
 	local alg = algorithm(code)
@@ -58,7 +70,7 @@ for k = 1, #KEYS do
 	for _ = 1, slots do
 		local t, hits = base - tonumber(ARGV[a]), tonumber(ARGV[a + 1])
 		a = a + 2
-		if hits > 0 then
+		if hits > 0 and not replay then
 			if code == "fw" then
 				local start, stop = alg.window(t, period, cal)
 				if st.start == start then

@@ -36,7 +36,7 @@ func TestFlushCountsLikeTakes(t *testing.T) {
 				adm = append(adm, Admitted{Age: time.Duration(times[len(times)-1]-at) * time.Microsecond, Hits: hits[i]})
 			}
 			r.now = func() int64 { return times[len(times)-1] }
-			got, err := r.Flush(context.Background(), time.Time{}, []Flush{{Req: b, Admitted: adm}})
+			got, err := r.Flush(context.Background(), time.Time{}, "", []Flush{{Req: b, Admitted: adm}})
 			if err != nil || got[0].Err != nil {
 				t.Fatalf("Flush: %v %v", err, got[0].Err)
 			}
@@ -63,7 +63,7 @@ func TestFlushOverLimit(t *testing.T) {
 	r, _, prefix := newTestRedis(t)
 	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow, rules.SlidingWindowCounter, rules.SlidingWindowLog} {
 		req := Request{Key: testKey(prefix, "over-"+string(alg)), Algorithm: alg, Limit: 10, Period: time.Minute}
-		got, err := r.Flush(context.Background(), time.Time{}, []Flush{{Req: req, Admitted: []Admitted{{Hits: 12}}}})
+		got, err := r.Flush(context.Background(), time.Time{}, "", []Flush{{Req: req, Admitted: []Admitted{{Hits: 12}}}})
 		if err != nil || got[0].Err != nil {
 			t.Fatalf("%s: Flush: %v %v", alg, err, got[0].Err)
 		}
@@ -77,6 +77,38 @@ func TestFlushOverLimit(t *testing.T) {
 	}
 }
 
+// TestFlushRetriedWithID sends one flush three times with its id, as a
+// node retries a flush whose answer never came: its hits count once, every
+// answer reports the remaining after them, and another id counts again.
+func TestFlushRetriedWithID(t *testing.T) {
+	t.Parallel()
+	r, _, prefix := newTestRedis(t)
+	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket, rules.FixedWindow, rules.SlidingWindowCounter, rules.SlidingWindowLog} {
+		var fs []Flush
+		// More keys than one call holds: the retry must name each call's
+		// marker as the first send did.
+		for i := range maxFlushKeys + 3 {
+			req := Request{Key: testKey(prefix, fmt.Sprintf("retry-%s-%d", alg, i)), Algorithm: alg, Limit: 100, Period: time.Hour}
+			fs = append(fs, Flush{Req: req, Admitted: []Admitted{{Age: 2 * time.Millisecond, Hits: 3}, {Age: time.Millisecond, Hits: 2}}})
+		}
+		for try := range 3 {
+			got, err := r.Flush(context.Background(), time.Time{}, "node-a:1", fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range got {
+				if s.Err != nil || s.Remaining != 95 {
+					t.Fatalf("%s, send %d, key %d: %+v, want remaining 95", alg, try+1, i, s)
+				}
+			}
+		}
+		got, err := r.Flush(context.Background(), time.Time{}, "node-a:2", fs[:1])
+		if err != nil || got[0].Err != nil || got[0].Remaining != 90 {
+			t.Fatalf("%s: another flush: %+v %v, want remaining 90", alg, got, err)
+		}
+	}
+}
+
 // TestFlushManyKeys flushes more keys than one script call holds.
 func TestFlushManyKeys(t *testing.T) {
 	t.Parallel()
@@ -86,7 +118,7 @@ func TestFlushManyKeys(t *testing.T) {
 		fs[i] = Flush{Req: Request{Key: testKey(prefix, fmt.Sprint("k", i)), Algorithm: rules.FixedWindow, Limit: 100, Period: time.Minute},
 			Admitted: []Admitted{{Hits: int64(i%7 + 1)}}}
 	}
-	got, err := r.Flush(context.Background(), time.Time{}, fs)
+	got, err := r.Flush(context.Background(), time.Time{}, "", fs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +127,7 @@ func TestFlushManyKeys(t *testing.T) {
 			t.Fatalf("key %d: %+v", i, s)
 		}
 	}
-	if _, err := r.Flush(context.Background(), time.Time{}, []Flush{{Req: Request{Key: "x", Algorithm: rules.LeakyBucket, Limit: 1, Period: time.Second, MaxDelay: time.Second}}}); err == nil {
+	if _, err := r.Flush(context.Background(), time.Time{}, "", []Flush{{Req: Request{Key: "x", Algorithm: rules.LeakyBucket, Limit: 1, Period: time.Second, MaxDelay: time.Second}}}); err == nil {
 		t.Error("a shaping leaky bucket was flushed")
 	}
 }
@@ -109,7 +141,7 @@ func TestFlushClock(t *testing.T) {
 	ctx := context.Background()
 	req := Request{Key: testKey(prefix, "clock"), Algorithm: rules.FixedWindow, Limit: 1000, Period: time.Minute}
 	for range 10 {
-		if got, err := r.Flush(ctx, time.Time{}, []Flush{{Req: req, Admitted: []Admitted{{Hits: 1}}}}); err != nil || got[0].Err != nil {
+		if got, err := r.Flush(ctx, time.Time{}, "", []Flush{{Req: req, Admitted: []Admitted{{Hits: 1}}}}); err != nil || got[0].Err != nil {
 			t.Fatalf("Flush: %v %+v", err, got)
 		}
 	}

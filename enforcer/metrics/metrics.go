@@ -144,6 +144,22 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			)
 		}
 	}
+	if eng := opts.Engine; eng != nil && eng.Async() {
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "sluice_enforcer_async_flushes_total",
+				Help: "Flushes of consistency: async limits' hits to Redis, retries included.",
+			}, func() float64 { return float64(eng.AsyncStats().Flushes) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "sluice_enforcer_async_flush_errors_total",
+				Help: "Flushes of async limits that failed (sent again with their id at the next interval).",
+			}, func() float64 { return float64(eng.AsyncStats().FlushErrors) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "sluice_enforcer_async_dropped_hits_total",
+				Help: "Admitted hits of async limits whose flush kept failing and was given up: perhaps never counted in Redis.",
+			}, func() float64 { return float64(eng.AsyncStats().Dropped) }),
+		)
+	}
 	if last := opts.LastContact; last != nil {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_enforcer_console_last_contact_age_seconds",

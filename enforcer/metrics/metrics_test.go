@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/enforcer/limiter"
 	"github.com/sluicehq/sluice/enforcer/metrics"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -106,4 +108,41 @@ func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no %s", name)
 	return 0
+}
+
+// TestAsyncCounters: an engine that counts async limits exports its flush
+// counters; one that does not, none.
+func TestAsyncCounters(t *testing.T) {
+	names := func(opts ...engine.Option) map[string]bool {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+		t.Cleanup(func() { client.Close() })
+		r := limiter.NewRedis(client)
+		if _, err := metrics.New(reg, metrics.Options{Engine: engine.New(r, "test", opts...)}); err != nil {
+			t.Fatal(err)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for _, mf := range mfs {
+			got[mf.GetName()] = true
+		}
+		return got
+	}
+	counters := []string{"sluice_enforcer_async_flushes_total", "sluice_enforcer_async_flush_errors_total", "sluice_enforcer_async_dropped_hits_total"}
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	with := names(engine.WithAsync(limiter.NewRedis(client), engine.AsyncOptions{}))
+	without := names()
+	for _, name := range counters {
+		if !with[name] {
+			t.Errorf("%s missing with async counting", name)
+		}
+		if without[name] {
+			t.Errorf("%s exported without async counting", name)
+		}
+	}
 }
