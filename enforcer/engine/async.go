@@ -592,6 +592,12 @@ func (as *asyncs) enqueue(k *akey, queue int, now time.Time) {
 	default:
 		as.queue = append(as.queue, aqueued{k, now})
 	}
+	as.startLoop()
+}
+
+// startLoop starts the flush loop unless it runs (or the engine closed)
+// and unlocks as.qmu, which the caller holds.
+func (as *asyncs) startLoop() {
 	start := !as.running && !as.closed.Load()
 	if start {
 		as.running = true
@@ -757,7 +763,7 @@ func (as *asyncs) send(ctx context.Context, b *abatch) {
 		if !giveUp {
 			as.qmu.Lock()
 			as.retry = append(as.retry, b)
-			as.qmu.Unlock()
+			as.startLoop() // a check's flush (sync) may have failed with the loop stopped
 		}
 		return
 	}
