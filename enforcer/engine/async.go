@@ -100,6 +100,9 @@ const (
 	DefaultAsyncHold     = 10 * time.Second
 	DefaultAsyncMaxKeys  = 100_000
 	DefaultAsyncTimeout  = 500 * time.Millisecond
+	// DefaultAsyncGiveUp is within limiter.FlushMarkerTTL, so that a
+	// retry never counts twice.
+	DefaultAsyncGiveUp = limiter.FlushMarkerTTL / 2
 )
 
 // asyncTick is how often keys near their limit are flushed.
@@ -145,6 +148,9 @@ type AsyncOptions struct {
 	MaxKeys int
 	// Timeout bounds each flush call (default DefaultAsyncTimeout).
 	Timeout time.Duration
+	// GiveUp is how long a failed flush is sent again before its hits are
+	// given up (default, and at most, DefaultAsyncGiveUp).
+	GiveUp time.Duration
 }
 
 // WithAsync lets the limits whose rule sets consistency: async be counted
@@ -166,6 +172,9 @@ func WithAsync(r *limiter.Redis, o AsyncOptions) Option {
 		}
 		if o.Timeout <= 0 {
 			o.Timeout = DefaultAsyncTimeout
+		}
+		if o.GiveUp <= 0 || o.GiveUp > DefaultAsyncGiveUp {
+			o.GiveUp = DefaultAsyncGiveUp
 		}
 		e.async = &asyncs{e: e, redis: r, opts: o, m: map[leaseKey]*akey{}, stop: make(chan struct{}), nonce: rand.Text()}
 	}
@@ -704,17 +713,13 @@ type abatch struct {
 	first time.Time // when it was first sent
 }
 
-// asyncGiveUp is how long a failed flush is sent again: within
-// limiter.FlushMarkerTTL, so that a retry never counts twice.
-const asyncGiveUp = limiter.FlushMarkerTTL / 2
-
 // send sends b and settles its keys. A flush that fails may have been
 // counted all the same (a timeout after Redis got it), so its hits are not
 // sent again as new ones, which could count them twice and refuse the
 // fleet early: b is sent again as it was, with its id, at the next
 // interval, and Redis counts each of its calls once. Its keys stay in
 // flight meanwhile (their new hits wait), their views ageing. A flush that
-// keeps failing for asyncGiveUp is given up: its hits may then never be
+// keeps failing for AsyncOptions.GiveUp is given up: its hits may then never be
 // counted (the fleet over-admits by them, as when a node dies), and
 // AsyncStats counts them.
 func (as *asyncs) send(ctx context.Context, b *abatch) {
@@ -743,7 +748,7 @@ func (as *asyncs) send(ctx context.Context, b *abatch) {
 	}
 	if err != nil {
 		as.flushErrors.Add(1)
-		giveUp := done.Sub(b.first) >= asyncGiveUp
+		giveUp := done.Sub(b.first) >= as.opts.GiveUp
 		for n, k := range b.keys {
 			k.mu.Lock()
 			// Unreachable: the key's checks go exact, and the failure

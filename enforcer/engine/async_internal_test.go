@@ -504,6 +504,65 @@ func TestAsyncFlushTimedOutCountsOnce(t *testing.T) {
 	}
 }
 
+// TestAsyncFlushGivenUp: a flush that keeps failing is given up after
+// GiveUp, its hits counted as dropped, and the key flushes what it admits
+// next once Redis is back.
+func TestAsyncFlushGivenUp(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	prefix := testenv.KeyPrefix(t)
+	set := asyncRules(t, rules.FixedWindow, 1000, "hour", "    failure_mode: closed\n")
+	client, err := limiter.NewClient(srv.URL(), limiter.WithTimeout(100*time.Millisecond), limiter.WithDialTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	r := limiter.NewRedis(client)
+	e := New(limiter.NewBatcher(r, limiter.BatchOptions{Timeout: 100 * time.Millisecond}), prefix,
+		WithAsync(r, AsyncOptions{Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, MaxAge: 5 * time.Second, Hold: 200 * time.Millisecond, GiveUp: 500 * time.Millisecond}))
+	if err := e.Apply(1, set); err != nil {
+		t.Fatal(err)
+	}
+	warm(t, e, "k")
+	check := func() {
+		t.Helper()
+		if res, err := e.Check(context.Background(), hot("k")); err != nil || res.Code != OK || res.StoreErr != nil {
+			t.Fatalf("check: %+v %v", res, err)
+		}
+	}
+	k := asyncKey(t, e, "k")
+	left := func() int64 {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.npending + k.inflight
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not %s within 5 s: stats %+v, %d hits pending", what, e.AsyncStats(), left())
+			}
+		}
+	}
+	waitFor("settled", func() bool { return left() == 0 })
+	before := used(t, srv.URL(), prefix, set, "k")
+	srv.Signal(syscall.SIGSTOP)
+	for range 30 {
+		check()
+	}
+	// Frozen past GiveUp: the 30 hits are given up.
+	waitFor("given up", func() bool { return e.AsyncStats().Dropped == 30 && left() == 0 })
+	srv.Stop() // the flushes in its socket buffers go with it
+	srv.Restart()
+	for range 20 {
+		check()
+	}
+	waitFor("flushed after Redis came back", func() bool { return left() == 0 && e.AsyncStats().Dropped == 30 })
+	if got := used(t, srv.URL(), prefix, set, "k"); got != 20 {
+		t.Errorf("Redis counted %d after it restarted (%d before it froze), want the 20 hits admitted since", got, before)
+	}
+}
+
 // TestAsyncRuleChange changes the limit while hits are pending: they are
 // flushed under the old limit's key and counted, and checks follow the
 // new limit.
