@@ -333,25 +333,36 @@ func TestAsyncHold(t *testing.T) {
 	}
 }
 
-// TestAsyncRedisDownDuringFlush freezes Redis with hits pending: the flush
-// fails, the key's checks go exact and its failure mode (closed) answers;
-// when Redis is back, the kept hits are flushed and counted.
-func TestAsyncRedisDownDuringFlush(t *testing.T) {
-	t.Parallel()
+// privateAsync runs an engine on a private redis-server with 100 ms
+// timeouts and flushes every 50 ms (o sets the rest, opts adds options
+// before WithAsync), with a fixed_window limit of limit an hour whose
+// failure mode is closed, applied.
+func privateAsync(t *testing.T, limit int, o AsyncOptions, opts ...Option) (*testenv.RedisServer, *Engine, string, *rules.Set) {
+	t.Helper()
 	srv := testenv.StartRedis(t)
 	prefix := testenv.KeyPrefix(t)
-	set := asyncRules(t, rules.FixedWindow, 100000, "hour", "    failure_mode: closed\n")
+	set := asyncRules(t, rules.FixedWindow, limit, "hour", "    failure_mode: closed\n")
 	client, err := limiter.NewClient(srv.URL(), limiter.WithTimeout(100*time.Millisecond), limiter.WithDialTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
 	r := limiter.NewRedis(client)
-	e := New(limiter.NewBatcher(r, limiter.BatchOptions{Timeout: 100 * time.Millisecond}), prefix,
-		WithBreaker(breaker.New(breaker.Config{Hard: StoreDown})), WithAsync(r, AsyncOptions{Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, MaxAge: 300 * time.Millisecond, Hold: 300 * time.Millisecond}))
+	o.Interval, o.Timeout = 50*time.Millisecond, 100*time.Millisecond
+	e := New(limiter.NewBatcher(r, limiter.BatchOptions{Timeout: 100 * time.Millisecond}), prefix, append(opts, WithAsync(r, o))...)
 	if err := e.Apply(1, set); err != nil {
 		t.Fatal(err)
 	}
+	return srv, e, prefix, set
+}
+
+// TestAsyncRedisDownDuringFlush freezes Redis with hits pending: the flush
+// fails, the key's checks go exact and its failure mode (closed) answers;
+// when Redis is back, the kept hits are flushed and counted.
+func TestAsyncRedisDownDuringFlush(t *testing.T) {
+	t.Parallel()
+	srv, e, prefix, set := privateAsync(t, 100000, AsyncOptions{MaxAge: 300 * time.Millisecond, Hold: 300 * time.Millisecond},
+		WithBreaker(breaker.New(breaker.Config{Hard: StoreDown})))
 	warm(t, e, "k")
 	admitted := int64(1)
 	for range 20 {
@@ -427,20 +438,7 @@ func TestAsyncRedisDownDuringFlush(t *testing.T) {
 // exactly what the node admitted.
 func TestAsyncFlushTimedOutCountsOnce(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedis(t)
-	prefix := testenv.KeyPrefix(t)
-	set := asyncRules(t, rules.FixedWindow, 1000, "hour", "    failure_mode: closed\n")
-	client, err := limiter.NewClient(srv.URL(), limiter.WithTimeout(100*time.Millisecond), limiter.WithDialTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	r := limiter.NewRedis(client)
-	e := New(limiter.NewBatcher(r, limiter.BatchOptions{Timeout: 100 * time.Millisecond}), prefix,
-		WithAsync(r, AsyncOptions{Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, MaxAge: 5 * time.Second, Hold: 200 * time.Millisecond}))
-	if err := e.Apply(1, set); err != nil {
-		t.Fatal(err)
-	}
+	srv, e, prefix, set := privateAsync(t, 1000, AsyncOptions{MaxAge: 5 * time.Second, Hold: 200 * time.Millisecond})
 	warm(t, e, "k")
 	admitted := int64(1)
 	check := func() {
@@ -509,20 +507,7 @@ func TestAsyncFlushTimedOutCountsOnce(t *testing.T) {
 // next once Redis is back.
 func TestAsyncFlushGivenUp(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedis(t)
-	prefix := testenv.KeyPrefix(t)
-	set := asyncRules(t, rules.FixedWindow, 1000, "hour", "    failure_mode: closed\n")
-	client, err := limiter.NewClient(srv.URL(), limiter.WithTimeout(100*time.Millisecond), limiter.WithDialTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	r := limiter.NewRedis(client)
-	e := New(limiter.NewBatcher(r, limiter.BatchOptions{Timeout: 100 * time.Millisecond}), prefix,
-		WithAsync(r, AsyncOptions{Interval: 50 * time.Millisecond, Timeout: 100 * time.Millisecond, MaxAge: 5 * time.Second, Hold: 200 * time.Millisecond, GiveUp: 500 * time.Millisecond}))
-	if err := e.Apply(1, set); err != nil {
-		t.Fatal(err)
-	}
+	srv, e, prefix, set := privateAsync(t, 1000, AsyncOptions{MaxAge: 5 * time.Second, Hold: 200 * time.Millisecond, GiveUp: 500 * time.Millisecond})
 	warm(t, e, "k")
 	check := func() {
 		t.Helper()
