@@ -22,19 +22,11 @@ func BenchmarkDecodeStats(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// encoding/json is the baseline.
-	for _, d := range []struct {
-		name   string
-		decode func([]byte) (any, error)
-	}{{"decoder=encoding-json", wire.DecodeStd}, {"decoder=wire", wire.Decode}} {
-		b.Run(d.name, func(b *testing.B) {
-			b.SetBytes(int64(len(data)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := d.decode(data); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := wire.Decode(data); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -27,8 +27,6 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	gojson "github.com/goccy/go-json"
 )
 
 // ProtocolVersion is the major version of this protocol, sent in Hello.
@@ -434,10 +432,7 @@ var ErrUnknownType = errors.New("unknown message type")
 
 // Decode parses one message into *Hello, *Snapshot, *Ack, *Nack, *Stats,
 // *Quota or *QuotaAck.
-func Decode(data []byte) (any, error) { return decodeWith(data, unmarshal) }
-
-// decodeWith is Decode with the JSON decoder unmarshal.
-func decodeWith(data []byte, unmarshal func([]byte, any) error) (any, error) {
+func Decode(data []byte) (any, error) {
 	typ, err := messageType(data)
 	if err != nil {
 		return nil, fmt.Errorf("decode message: %w", err)
@@ -461,31 +456,10 @@ func decodeWith(data []byte, unmarshal func([]byte, any) error) (any, error) {
 	default:
 		return nil, fmt.Errorf("decode message: %w %q", ErrUnknownType, abbrev(typ, 40))
 	}
-	if err := unmarshal(data, msg); err != nil {
+	if err := json.Unmarshal(data, msg); err != nil {
 		return nil, fmt.Errorf("decode %s message: %w", typ, err)
 	}
 	return msg, nil
-}
-
-// unmarshal is json.Unmarshal, but a valid message is decoded by
-// github.com/goccy/go-json, in under half of encoding/json's CPU for a busy
-// node's stats report (BenchmarkDecodeStats). That decoder skips unknown
-// members without checking their syntax and keeps invalid UTF-8 in
-// strings, so encoding/json's scanner judges validity first: invalid JSON
-// gets encoding/json's error, and text that is not UTF-8 its replacement
-// characters. FuzzDecode decodes each input with both and fails where they
-// differ. A panic in the decoder, which encoding/json would not have, is an
-// error here, so hostile input never stops the console.
-func unmarshal(data []byte, v any) (err error) {
-	if !utf8.Valid(data) || !json.Valid(data) {
-		return json.Unmarshal(data, v)
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("decode JSON: decoder panic: %v", r)
-		}
-	}()
-	return gojson.Unmarshal(data, v)
 }
 
 // messageType reads the "type" member of a JSON object without decoding

