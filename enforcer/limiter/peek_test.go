@@ -208,7 +208,12 @@ func TestPeekStoresAgree(t *testing.T) {
 			}
 		}
 		for j := range limits {
-			if got[0][j] != got[1][j] {
+			// Redis expires a key on the real clock, at most its state's
+			// reset away when it was written: on a loaded machine a key
+			// within a second of its reset may be gone from Redis while
+			// the test's clock has not got there yet.
+			expired := got[0][j].Remaining == got[0][j].Limit && got[1][j].ResetAfter < time.Second
+			if got[0][j] != got[1][j] && !expired {
 				t.Fatalf("step %d, limit %d (%+v):\nredis %+v\nlocal %+v", step, j, limits[j], got[0][j], got[1][j])
 			}
 		}
