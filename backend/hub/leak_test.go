@@ -203,13 +203,17 @@ func TestConsoleReconnectLoopLeaks(t *testing.T) {
 	t.Logf("before: %s", before)
 	cycles, peak := churn(*soak)
 
-	after, took := settle(before.goroutines*11/10, before.heap*11/10)
+	// The heap may keep 10% and 1 MiB more: maps the churn grew (Go maps
+	// do not shrink) and the runtime's caches. A leak of 1 KiB per
+	// connection would be about 1.6 MiB.
+	heapBound := before.heap*11/10 + 1<<20
+	after, took := settle(before.goroutines*11/10, heapBound)
 	t.Logf("after %v of %d nodes reconnecting (%d connections, %.0f/s; peak %d goroutines, RSS %.1f MiB), %v later: %s",
 		*soak, nodes, cycles, float64(cycles)/soak.Seconds(), peak.goroutines, float64(peak.rss)/(1<<20), took.Round(time.Millisecond), after)
 	if after.goroutines > before.goroutines*11/10 {
 		t.Errorf("goroutines %d, were %d: more than 10%% up", after.goroutines, before.goroutines)
 	}
-	if after.heap > before.heap*11/10 {
-		t.Errorf("heap %d bytes after GC, was %d: more than 10%% up", after.heap, before.heap)
+	if after.heap > heapBound {
+		t.Errorf("heap %d bytes after GC, was %d: more than 10%% and 1 MiB up", after.heap, before.heap)
 	}
 }
