@@ -18,12 +18,11 @@
 #      (go list -export -deps -test), so that nothing after this compiles
 #      the same package twice in two processes side by side.
 #   3. Side by side: go test -vet=all (every go vet analyzer, then linking
-#      and running each package's tests, all in one action graph, so the
-#      vetting and linking of one package overlap another's tests);
-#      staticcheck; bin/sluice; the fuzzing (scripts/fuzz.sh); svelte-check,
-#      vitest and the JS budget. The Go tests spend most of
-#      their time waiting on Postgres, Redis, sockets and paced traffic once
-#      their binaries are linked, so the others use the CPU they leave. The
+#      and running each package's tests, one package at a time);
+#      staticcheck, bin/sluice and the fuzzing (scripts/fuzz.sh), at nice
+#      19; svelte-check, vitest and the JS budget. The Go tests spend most
+#      of their time waiting on Postgres, Redis, sockets and paced traffic
+#      once their binaries are linked, so the others use the CPU they leave. The
 #      Go tests skip the envoyproxy/ratelimit ones (SLUICE_COMPAT_STAGE=later):
 #      make test-compat runs them.
 #   4. The Playwright end-to-end suite, once the Go tests are done (both
