@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +32,10 @@ import (
 	"nhooyr.io/websocket"
 
 	"github.com/sluicehq/sluice/backend"
+	"github.com/sluicehq/sluice/backend/hub"
 	"github.com/sluicehq/sluice/backend/store"
 	"github.com/sluicehq/sluice/enforcer/subscriber"
+	"github.com/sluicehq/sluice/internal/hearing"
 	"github.com/sluicehq/sluice/internal/serve"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules/wire"
@@ -44,7 +47,7 @@ const fleetEnv = "SLUICE_HUB_BENCH_FLEET"
 
 // fleetRulesEnv is how many rules each fleet node's stats report names,
 // sent every second (default 0: the nodes are idle and send nothing but
-// keepalive pings, as enforcer/subscriber does).
+// the pongs to the console's keepalive pings, as enforcer/subscriber does).
 const fleetRulesEnv = "SLUICE_HUB_BENCH_FLEET_RULES"
 
 // fleetRules returns the rules per stats report that getenv asks for.
@@ -57,8 +60,9 @@ func fleetRules(getenv func(string) string) int {
 
 // runFleet connects n nodes speaking the real protocol: each decodes every
 // snapshot, verifies its checksum and acks it, and while idle sends what
-// enforcer/subscriber sends then: a keepalive ping every 30 s and nothing
-// else.
+// enforcer/subscriber sends then: the pongs to the console's keepalive
+// pings, and a ping of its own only to a console it heard nothing from for
+// 40 s.
 // When all n acked a version, it prints "acked VERSION UNIX_NANOS" with
 // the time of the last ack. A node whose connection ends reconnects the
 // way enforcer/subscriber does (exponential backoff with full jitter from
@@ -107,11 +111,12 @@ func runFleet(n int, baseURL, tokenFile string) int {
 		go func() {
 			var ws *websocket.Conn
 			var err error
+			var heard atomic.Int64 // when the node last read from the console
 			// A loaded machine may drop a handshake: retry a few times
 			// before giving up on the fleet.
 			for try := range 5 {
 				attempted()
-				if ws, _, err = dialWS(ctx, baseURL, tokens[i]); err == nil {
+				if ws, err = dialHearing(ctx, baseURL, tokens[i], &heard); err == nil {
 					break
 				}
 				time.Sleep(time.Duration(100<<try) * time.Millisecond)
@@ -135,7 +140,7 @@ func runFleet(n int, baseURL, tokenFile string) int {
 				if ws != nil {
 					ws.SetReadLimit(wire.MaxMessageBytes)
 					var connected bool
-					connected, goingAway = fleetNode(ctx, ws, id, applied.Load(), &report, ackd)
+					connected, goingAway = fleetNode(ctx, ws, id, applied.Load(), &report, &heard, ackd)
 					if connected {
 						attempt = 0
 					}
@@ -153,7 +158,7 @@ func runFleet(n int, baseURL, tokenFile string) int {
 				case <-time.After(rand.N(ceiling + 1)):
 				}
 				attempted()
-				ws, _, err = dialWS(ctx, baseURL, tokens[i])
+				ws, err = dialHearing(ctx, baseURL, tokens[i], &heard)
 				if err != nil {
 					ws = nil
 				}
@@ -220,8 +225,17 @@ func runFleet(n int, baseURL, tokenFile string) int {
 	}
 }
 
-// fleetPingInterval is the fleet nodes' keepalive, enforcer/subscriber's.
+// fleetPingInterval is the fleet nodes' keepalive window, enforcer/subscriber's.
 const fleetPingInterval = subscriber.DefaultPingInterval
+
+// dialHearing dials the console like dialWS, noting in heard when the
+// connection last read anything (the console's pings included).
+func dialHearing(ctx context.Context, baseURL, token string, heard *atomic.Int64) (*websocket.Conn, error) {
+	client, _ := hearing.Client(nil, func() { heard.Store(time.Now().UnixNano()) })
+	ws, _, err := websocket.Dial(ctx, strings.Replace(baseURL, "http://", "ws://", 1)+"/api/v1/nodes/stream",
+		&websocket.DialOptions{HTTPClient: client, HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	return ws, err
+}
 
 // fleetReport is every fleet node's stats report, naming rules rules of
 // the benchmark's domain (k0, k1...), each with a limited value: the same
@@ -250,7 +264,7 @@ var fleetBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // fleetNode runs one connection of a node that runs version applied; it
 // reports whether it got as far as sending its hello, and whether the
 // console closed it as going away.
-func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, report *atomic.Pointer[[]byte], acked func(int64)) (connected, goingAway bool) {
+func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64, report *atomic.Pointer[[]byte], heard *atomic.Int64, acked func(int64)) (connected, goingAway bool) {
 	defer ws.CloseNow()
 	// No write deadlines: the console drops a node that stops reading,
 	// and a context with a deadline per message is a timer and a cancel
@@ -266,23 +280,24 @@ func fleetNode(ctx context.Context, ws *websocket.Conn, id string, applied int64
 	defer stop()
 	go func() {
 		// An idle node decided nothing, so it reports nothing
-		// (enforcer/subscriber.reportStats): it only pings.
-		select {
-		case <-sctx.Done():
-			return
-		case <-time.After(rand.N(fleetPingInterval)):
-		}
-		t := time.NewTicker(fleetPingInterval)
+		// (enforcer/subscriber.reportStats); it pings a console it heard
+		// nothing from for its window (subscriber.keepalive).
+		heard.Store(time.Now().UnixNano())
+		t := time.NewTicker(fleetPingInterval / 8)
 		defer t.Stop()
 		for {
-			if err := ws.Ping(sctx); err != nil {
-				return
-			}
 			select {
 			case <-sctx.Done():
 				return
 			case <-t.C:
 			}
+			if time.Since(time.Unix(0, heard.Load())) < fleetPingInterval {
+				continue
+			}
+			if err := ws.Ping(sctx); err != nil {
+				return
+			}
+			heard.Store(time.Now().UnixNano())
 		}
 	}()
 	go func() {
@@ -678,10 +693,11 @@ func BenchmarkPush(b *testing.B) {
 				stop = profile(fmt.Sprintf("%s.idle.%d", path, n))
 			}
 			// Both processes' CPU while the fleet is connected and idle
-			// (keepalive pings, registry heartbeats) over one keepalive
-			// period, so every node's ping falls in it once, then over
-			// the publishes.
-			idleConsole, idleFleet, idlePostgres := current.cpu(b, fleetPingInterval)
+			// (keepalive pings, registry heartbeats) over one period of
+			// the console's keepalive, so every node is pinged in it
+			// once (the fleet acked the last publish together, so its
+			// pings come in one burst), then over the publishes.
+			idleConsole, idleFleet, idlePostgres := current.cpu(b, hub.KeepalivePeriod())
 			stop()
 			if path != "" {
 				defer profile(fmt.Sprintf("%s.%d", path, n))()

@@ -3,6 +3,7 @@ package hub
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/http"
@@ -13,10 +14,9 @@ import (
 
 // Buffer sizes of a node connection, held for its life. Node messages
 // are small (an ack, a stats report); a longer one is read past the buffer
-// in one more read. The console writes control frames (ping, pong, close:
-// at most 127 bytes) and snapshots; a snapshot is longer than the write
-// buffer whatever its size, and goes out in one write to the socket
-// (see joinWriter).
+// in one more read. The library writes only control frames (pong, close:
+// at most 127 bytes, so each goes out in one write from its buffer); the
+// hub writes its data frames itself (frameWriter).
 const (
 	readBufferSize  = 256
 	writeBufferSize = 128
@@ -24,11 +24,10 @@ const (
 
 // smallBuffers hands the websocket library smaller buffers than the HTTP
 // server's (4 KiB each way, held for the connection's life once hijacked).
-// out is the writer under the library's write buffer, set by Hijack.
 type smallBuffers struct {
 	http.ResponseWriter
-	out *joinWriter
-	in  *lastRead // under the library's read buffer, set by Hijack
+	out *frameWriter // under the library's write buffer, set by Hijack
+	in  *lastRead    // under the library's read buffer, set by Hijack
 }
 
 // WriteHeaderNow makes the library send the handshake response through
@@ -70,77 +69,70 @@ func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
-	w.out = &joinWriter{Conn: nc}
+	w.out = &frameWriter{Conn: nc}
 	// The library reads from the connection it is given (past the bytes
 	// buffered), so that is lastRead.
 	return w.in, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, writeBufferSize)), nil
 }
 
-// joinWriter is what the websocket library's write buffer flushes to. A
-// message longer than the buffer reaches it as two writes: the buffer,
-// filled with the frame header and the message's start, then the rest of
-// the message straight from the caller. Each write is a packet for the
-// node to take in, so once armed (just before such a message is written)
-// joinWriter holds a first write that fills the buffer and sends it with
-// the next in one writev. Any other write disarms it and goes out at once,
-// so bytes never change order; what is still held when the message's write
-// returns is sent by release.
-type joinWriter struct {
+// frameWriter is what the websocket library's write buffer flushes to,
+// and what the hub writes its own frames with: every data frame to a node
+// (a snapshot, a quota ack) and its keepalive pings go out as one frame
+// built beforehand, in one write (a snapshot's frame is built once per
+// version and shared by every node: see encoded). A write to a net.Conn is
+// never interleaved with another, and the library's control frames each
+// fit its buffer, so frames never mix. Nothing of the hub's is written
+// once the close handshake began (closing).
+type frameWriter struct {
 	net.Conn
-	mu    sync.Mutex
-	armed bool
-	held  *[writeBufferSize]byte // from heldBuffers; non-nil while holding
+	mu     sync.Mutex
+	closed bool // closing was called
 }
 
-var heldBuffers = sync.Pool{New: func() any { return new([writeBufferSize]byte) }}
-
-// arm makes the next write, if it fills the write buffer, wait for the one
-// after it.
-func (w *joinWriter) arm() {
-	w.mu.Lock()
-	w.armed = true
-	w.mu.Unlock()
-}
-
-func (w *joinWriter) Write(p []byte) (int, error) {
+// writeFrame writes one whole frame, unless the connection is closing.
+func (w *frameWriter) writeFrame(frame []byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.armed && w.held == nil && len(p) == writeBufferSize {
-		w.armed = false
-		w.held = heldBuffers.Get().(*[writeBufferSize]byte)
-		copy(w.held[:], p)
-		return len(p), nil
+	if w.closed {
+		return net.ErrClosed
 	}
-	w.armed = false
-	if w.held == nil {
-		return w.Conn.Write(p)
-	}
-	held := w.take()
-	defer heldBuffers.Put(held)
-	bufs := net.Buffers{held[:], p}
-	n, err := bufs.WriteTo(w.Conn)
-	return max(0, int(n)-writeBufferSize), err
-}
-
-// release disarms the writer and sends what it holds.
-func (w *joinWriter) release() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.armed = false
-	if w.held == nil {
-		return nil
-	}
-	held := w.take()
-	defer heldBuffers.Put(held)
-	_, err := w.Conn.Write(held[:])
+	_, err := w.Conn.Write(frame)
 	return err
 }
 
-// take returns the held buffer and holds nothing; caller holds mu.
-func (w *joinWriter) take() *[writeBufferSize]byte {
-	held := w.held
-	w.held = nil
-	return held
+// closing makes every later writeFrame fail, after the one in progress
+// (if any) ended: call it before the close frame is written.
+func (w *frameWriter) closing() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+}
+
+// Websocket opcodes (RFC 6455, 5.2) of the frames the hub builds.
+const (
+	opText = 0x1
+	opPing = 0x9
+)
+
+// pingFrame is a keepalive ping, with no payload.
+var pingFrame = []byte{0x80 | opPing, 0}
+
+// textFrame returns payload as one unmasked, final text frame (a server's
+// frame: RFC 6455, 5.2), built into a new slice; the payload starts at
+// the frame's len(frame)-len(payload).
+func textFrame(payload []byte) []byte {
+	n := len(payload)
+	frame := make([]byte, 0, 10+n)
+	frame = append(frame, 0x80|opText)
+	switch {
+	case n <= 125:
+		frame = append(frame, byte(n))
+	case n <= 0xFFFF:
+		frame = binary.BigEndian.AppendUint16(append(frame, 126), uint16(n))
+	default:
+		frame = binary.BigEndian.AppendUint64(append(frame, 127), uint64(n))
+	}
+	return append(frame, payload...)
 }
 
 // aheadReader reads the bytes the HTTP server read ahead of the handshake,
@@ -162,10 +154,9 @@ func (r *aheadReader) Read(p []byte) (int, error) {
 }
 
 // lastRead is what the websocket library's read buffer reads from: it
-// notes when bytes last came from the node. Any frame (a message, or the
-// keepalive ping an idle node sends and the library answers by itself)
-// shows the node is there, so the console needs no ping of its own while
-// a node pings it, and no per-message timestamp or timer.
+// notes when bytes last came from the node. Any frame (a message, the
+// pong to the console's keepalive ping, or a ping of the node's own)
+// shows the node is there, with no per-message timestamp or timer.
 type lastRead struct {
 	net.Conn
 	at atomic.Int64 // unix nanoseconds

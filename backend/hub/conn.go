@@ -24,7 +24,7 @@ import (
 // conn is one node connection.
 type conn struct {
 	ws      *websocket.Conn
-	out     *joinWriter       // under ws's write buffer
+	out     *frameWriter      // under ws's write buffer; the hub's own frames too
 	in      *lastRead         // under ws's read buffer: when the node was last heard
 	tokenID int64             // the node token it authenticated with
 	secret  string            // and that token's secret, checked again (recheck)
@@ -43,7 +43,7 @@ type conn struct {
 	writing bool     // a writer goroutine runs; guarded by wmu
 	behind  int      // versions offered since the last write completed; guarded by wmu
 
-	pinging  atomic.Bool // a keepalive ping is in flight (keepaliveLoop)
+	pinged   atomic.Int64 // when the unanswered keepalive ping was sent (unix ns), or 0 (keepaliveLoop)
 	dropOnce sync.Once
 	cause    closeError    // why the console closed the connection; set once, before dropped
 	dropped  atomic.Bool   // drop was called
@@ -90,6 +90,7 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 		c.cause = closeError{code: code, reason: wire.Cut(reason, 120)}
 		c.dropped.Store(true)
 		go func() {
+			c.out.closing() // no frame of the hub's after the close frame
 			c.ws.Close(code, c.cause.reason)
 			close(c.closed)
 		}()
@@ -98,10 +99,8 @@ func (c *conn) drop(code websocket.StatusCode, reason string) {
 
 // abort drops the connection and closes its socket at once: a write
 // blocked on a node that stopped reading returns now, not when the close
-// handshake gives up. Writes and pings run with a context that never ends
-// (a context with a Done channel costs the library's per-connection
-// timeout goroutine a wake-up on it with every frame), so closing the
-// socket is how they are cancelled.
+// handshake gives up. The hub's writes have no deadline of their own (see
+// send), so closing the socket is how they are cancelled.
 func (c *conn) abort(code websocket.StatusCode, reason string) {
 	c.drop(code, reason)
 	c.out.Conn.Close()
@@ -153,7 +152,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, tokenID int64, secre
 }
 
 // serve runs one accepted node stream until it closes.
-func (h *Hub) serve(ws *websocket.Conn, out *joinWriter, in *lastRead, addr string, tokenID int64, secret string, actor store.Actor) {
+func (h *Hub) serve(ws *websocket.Conn, out *frameWriter, in *lastRead, addr string, tokenID int64, secret string, actor store.Actor) {
 	c := &conn{ws: ws, out: out, in: in, tokenID: tokenID, secret: secret, closed: make(chan struct{})}
 
 	if err := h.open(c, addr, tokenID, actor); err != nil {
@@ -388,47 +387,55 @@ func (h *Hub) write(c *conn) {
 			return
 		}
 		c.wmu.Unlock()
-		// The deadline is a timer, stopped when the write returns, that
-		// aborts the node: a context with a deadline would be a timer
-		// too, plus a Done channel the library's timeout goroutine
-		// selects on for every frame.
-		deadline := time.AfterFunc(h.writeTimeout, func() {
-			h.nodeLog(c.node.ID, slog.LevelInfo, "send snapshot timed out; dropping the node", "node_id", c.node.ID, "version", m.version)
-			c.abort(websocket.StatusTryAgainLater, "write timed out")
-		})
-		if len(m.data) > writeBufferSize {
-			c.out.arm()
-		}
-		err := c.ws.Write(context.Background(), websocket.MessageText, m.data)
-		if rerr := c.out.release(); err == nil {
-			err = rerr
-		}
-		deadline.Stop()
+		err := h.send(c, m.frame, "send snapshot", "version", m.version)
 		c.wmu.Lock()
 		c.behind = 0
-		c.wmu.Unlock()
 		if err != nil {
-			if !c.dropped.Load() {
-				h.nodeLog(c.node.ID, slog.LevelInfo, "send snapshot failed; dropping the node", "node_id", c.node.ID, "version", m.version, "error", err)
-				c.drop(websocket.StatusTryAgainLater, "write failed")
-			}
-			c.wmu.Lock()
 			c.writing = false
 			c.wmu.Unlock()
 			return
 		}
+		c.wmu.Unlock()
 	}
 }
 
-// keepaliveLoop pings, every tick, the registered nodes that sent nothing
-// for pingInterval, their keepalive window, until ctx ends. One ticker
-// serves every connection: a node that pings the console more often than
-// that (enforcer/subscriber pings every 30 s), or reports stats, costs it
-// one atomic load a tick, and holds no timer. A tick is a ninth of the
-// window (5 s of 45 s): a scan of 10,000 connections takes a few
-// milliseconds, and a silent node is pinged at most a tick late.
+// send writes one frame (what, with attributes args, for the logs) to c and drops
+// the node when it fails; a write that takes writeTimeout aborts it. The
+// deadline is a timer, stopped when the write returns: a deadline on the
+// socket would hold the library's own writes to it too.
+func (h *Hub) send(c *conn, frame []byte, what string, args ...any) error {
+	deadline := time.AfterFunc(h.writeTimeout, func() {
+		h.nodeLog(c.node.ID, slog.LevelInfo, what+" timed out; dropping the node", append([]any{"node_id", c.node.ID}, args...)...)
+		c.abort(websocket.StatusTryAgainLater, "write timed out")
+	})
+	err := c.out.writeFrame(frame)
+	deadline.Stop()
+	if err != nil && !c.dropped.Load() {
+		h.nodeLog(c.node.ID, slog.LevelInfo, what+" failed; dropping the node", append([]any{"node_id", c.node.ID, "error", err}, args...)...)
+		c.drop(websocket.StatusTryAgainLater, "write failed")
+	}
+	return err
+}
+
+// keepaliveLoop keeps the console and its nodes sure of each other until
+// ctx ends: every tick it pings the registered nodes it heard nothing
+// from for pingInterval, and drops those that have not answered a ping
+// within writeTimeout, which the registry then shows disconnected (a node
+// gone silent at most pingInterval + writeTimeout + two ticks earlier).
+// The pings are the node's proof that the console is there too: an idle
+// enforcer/subscriber pings only a console it heard nothing from for its
+// own, longer window (subscriber.DefaultPingInterval), so in a quiet
+// fleet only the console pings.
+//
+// One ticker serves every connection, and a node that reports stats costs
+// it one atomic load a tick and no timer. A tick is a sixth of the window
+// (5 s of 30 s): a scan of 10,000 connections takes a few milliseconds.
+// An idle node is pinged on a tick, so its pings come in bursts, each a
+// sixth or so of the fleet: the console's threads stay awake through a
+// burst instead of waking for every ping, and a ping is one write of a
+// frame built once, its pong one frame read.
 func (h *Hub) keepaliveLoop(ctx context.Context) {
-	tick := time.NewTicker(min(5*time.Second, h.pingInterval/9))
+	tick := time.NewTicker(keepaliveTick(h.pingInterval))
 	defer tick.Stop()
 	var quiet []*conn
 	for {
@@ -437,37 +444,44 @@ func (h *Hub) keepaliveLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		since := time.Now().Add(-h.pingInterval).UnixNano()
+		now := time.Now()
+		since := now.Add(-h.pingInterval).UnixNano()
+		late := now.Add(-h.writeTimeout).UnixNano()
 		quiet = quiet[:0]
 		h.mu.Lock()
 		for _, c := range h.conns {
-			if c.in.at.Load() <= since && !c.pinging.Load() {
+			heard := c.in.at.Load()
+			if p := c.pinged.Load(); p != 0 {
+				if heard < p { // not answered yet
+					if p <= late {
+						h.nodeLog(c.node.ID, slog.LevelInfo, "keepalive ping unanswered; dropping the node", "node_id", c.node.ID)
+						c.abort(websocket.StatusGoingAway, "ping timed out")
+					}
+					continue
+				}
+				c.pinged.Store(0)
+			}
+			if heard <= since {
 				quiet = append(quiet, c)
 			}
 		}
 		h.mu.Unlock()
 		for _, c := range quiet {
-			c.pinging.Store(true)
+			c.pinged.Store(now.UnixNano())
 			go h.ping(c)
 		}
 		clear(quiet) // holds no connection until the next tick
 	}
 }
 
-// ping sends a keepalive ping to a node that was silent for its keepalive
-// window and waits for its pong (writes go on meanwhile); a ping that
-// times out drops the node, which the registry then shows disconnected
-// (at most pingInterval + writeTimeout after it went silent). The pong is
-// read like any frame, so lastRead has its time: last_seen reaches
-// Postgres with the next heartbeat (heartbeatEvery).
+// keepaliveTick is keepaliveLoop's tick for a keepalive window.
+func keepaliveTick(window time.Duration) time.Duration { return min(5*time.Second, window/6) }
+
+// ping sends a keepalive ping to c; keepaliveLoop waits for its pong,
+// which is read like any frame, so lastRead has its time: last_seen
+// reaches Postgres with the next heartbeat (heartbeatEvery).
 func (h *Hub) ping(c *conn) {
-	defer c.pinging.Store(false)
-	// Ping returns with the pong, or once the connection is closed: the
-	// timer aborts it then.
-	deadline := time.AfterFunc(h.writeTimeout, func() { c.abort(websocket.StatusGoingAway, "ping timed out") })
-	err := c.ws.Ping(context.Background())
-	deadline.Stop()
-	if err != nil && !c.dropped.Load() {
+	if err := c.out.writeFrame(pingFrame); err != nil && !c.dropped.Load() {
 		c.drop(websocket.StatusGoingAway, "ping failed")
 	}
 }

@@ -10,6 +10,10 @@ func SetKeepalive(ping, write time.Duration) (restore func()) {
 	return func() { pingInterval, writeTimeout = oldPing, oldWrite }
 }
 
+// KeepalivePeriod is how often the console pings an idle node: its
+// keepalive window, and at most a tick more.
+func KeepalivePeriod() time.Duration { return pingInterval + keepaliveTick(pingInterval) }
+
 // The log budget of a node (input.go).
 const (
 	LogBurst = logBurst

@@ -79,26 +79,23 @@ import (
 	"github.com/sluicehq/sluice/rules/wire"
 )
 
-// The keepalive: a node that sent nothing for pingInterval, its keepalive
-// window, is pinged, and dropped when the pong (or a write) takes
-// writeTimeout: a node gone silent shows disconnected at most a minute
-// later (the window, the ping timeout, one 5 s tick of keepaliveLoop and
-// the registry's next flush). An idle enforcer pings the console every
-// 30 s (subscriber.DefaultPingInterval), well within the window, so the
-// console never pings it.
+// The keepalive: the console pings a node it heard nothing from for
+// pingInterval and drops it when the pong (or a write) takes writeTimeout:
+// a node gone silent shows disconnected at most a minute later (the
+// window, the ping timeout, two 5 s ticks of keepaliveLoop and the
+// registry's next flush). An idle enforcer pings only a console it heard
+// nothing from for 40 s (subscriber.DefaultPingInterval), so it hears the
+// console's pings first and sends nothing but their pongs.
 //
-// The period is what an idle fleet costs: each node ping is a frame read
-// and a pong written (30 to 60 µs of console CPU on a small machine), so
-// 10,000 nodes pinging every 15 s spent most of an idle console's CPU on
-// keepalives. Every 30 s halves that, and a node that vanished is still
-// marked down within a minute; a node that crashed or closed its socket
-// is seen at once (its TCP connection ends), so the window only matters
-// for a node cut off without a word (a dead host, a partition). A hub
-// takes these when it is made (New); they are variables only so that
-// tests can shorten them.
+// The period is what an idle fleet costs: each keepalive is a ping frame
+// written and a pong read, so its console CPU is proportional to
+// 1/pingInterval. A node that crashed or closed its socket is seen at once
+// (its TCP connection ends), so the window only matters for a node cut off
+// without a word (a dead host, a partition). A hub takes these when it is
+// made (New); they are variables only so that tests can shorten them.
 var (
 	writeTimeout = 10 * time.Second
-	pingInterval = 45 * time.Second
+	pingInterval = 30 * time.Second
 	// recheckEvery is how often the node tokens of open connections are
 	// checked again: a token disabled, rotated or expired, or whose owner
 	// lost it (store.FindToken), ends its connection within this time, and

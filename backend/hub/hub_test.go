@@ -275,8 +275,9 @@ func TestSlowNodeDropped(t *testing.T) {
 // that neither reads (so never answers a ping) nor writes is dropped after
 // its keepalive window and the ping timeout and shows disconnected, while
 // one that never reads but sends stats stays, as its messages show it is
-// alive, and so does an idle one that sends nothing but its own keepalive
-// pings (as enforcer/subscriber does), with a last_seen that follows them.
+// alive, and so does one that sends nothing but its own keepalive pings,
+// with a last_seen that follows them, and a quiet one that sends nothing
+// but the pongs to the console's pings (as enforcer/subscriber does).
 func TestKeepalive(t *testing.T) {
 	// Not parallel: it sets the hub's keepalive, a package variable.
 	e := newEnv(t)
@@ -285,6 +286,7 @@ func TestKeepalive(t *testing.T) {
 	mute := e.connectSilent(c.url, wire.Hello{NodeID: "mute"})
 	talker := e.connectSilent(c.url, wire.Hello{NodeID: "talker"})
 	idle := e.connect(c.url, wire.Hello{NodeID: "idle"}) // reads, so its pings get their pongs
+	e.connect(c.url, wire.Hello{NodeID: "quiet"})        // reads, so it answers the console's pings
 	stats, _ := json.Marshal(wire.Stats{Type: wire.TypeStats, IntervalMS: 1000})
 	stop := make(chan struct{})
 	talking := make(chan struct{})
@@ -316,13 +318,16 @@ func TestKeepalive(t *testing.T) {
 	// not counted.
 	time.Sleep(2 * time.Second)
 	nodes := e.nodes(c.url)
-	for _, id := range []string{"talker", "idle"} {
+	for _, id := range []string{"talker", "idle", "quiet"} {
 		if got := nodes[id].Status; got != "connected" {
 			t.Errorf("node %s is %q, want connected", id, got)
 		}
 	}
 	if seen := time.Since(nodes["idle"].LastSeen); seen > time.Second {
 		t.Errorf("the idle node was last seen %v ago, want its last ping (50 ms)", seen)
+	}
+	if seen := time.Since(nodes["quiet"].LastSeen); seen > time.Second {
+		t.Errorf("the quiet node was last seen %v ago, want its last pong (at most 250 ms)", seen)
 	}
 	select {
 	case err := <-pings:

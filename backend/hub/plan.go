@@ -17,7 +17,7 @@ import (
 // catalog.
 type encoded struct {
 	version int64
-	data    []byte
+	frame   []byte // the snapshot message as one websocket frame (textFrame), for every node
 	catalog *wire.Catalog
 }
 
@@ -123,7 +123,7 @@ func (h *Hub) encoded(ctx context.Context, v int64) (*encoded, error) {
 		return nil, fmt.Errorf("encode snapshot %d: %w", snap.Version, err)
 	}
 	h.encodes.Add(1)
-	e := &encoded{version: snap.Version, data: data, catalog: cat}
+	e := &encoded{version: snap.Version, frame: textFrame(data), catalog: cat}
 	h.cache[v] = e
 	for len(h.cache) > keepEncoded {
 		delete(h.cache, slices.Min(slices.Collect(maps.Keys(h.cache))))

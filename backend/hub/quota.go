@@ -51,10 +51,8 @@ func (h *Hub) quota(ctx context.Context, c *conn, q *wire.Quota) error {
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, h.writeTimeout)
-	defer cancel()
-	if err := c.ws.Write(wctx, websocket.MessageText, data); err != nil {
-		return closeError{code: websocket.StatusTryAgainLater, reason: "write timed out"}
+	if err := h.send(c, textFrame(data), "send quota ack", "seq", q.Seq); err != nil {
+		return closeError{code: websocket.StatusTryAgainLater, reason: "write failed"}
 	}
 	return nil
 }

@@ -14,3 +14,6 @@ var EncodeStats = encodeStats
 
 // Backoff exposes backoff.
 func (s *Subscriber) Backoff(attempt int) time.Duration { return s.backoff(attempt) }
+
+// Pings returns the keepalive pings the subscriber sent.
+func (s *Subscriber) Pings() int64 { return s.pings.Load() }

@@ -2,10 +2,10 @@
 // it holds the node's websocket subscription (/api/v1/nodes/stream), applies
 // each snapshot the console pushes to the engine atomically, answers with an
 // ack or a nack, reports decision stats every second in which it decided
-// something (an idle node sends nothing but a keepalive ping every
-// PingInterval), and keeps the last
-// applied snapshot on disk so that a node restarted while the console is
-// down enforces at once.
+// something (an idle node sends nothing but the pongs to the console's
+// keepalive pings, and a ping of its own to a console it heard nothing from
+// for PingInterval), and keeps the last applied snapshot on disk so that a
+// node restarted while the console is down enforces at once.
 //
 // Given several console replicas, it holds one subscription at a time and
 // moves to the next replica when its own goes away or cannot be reached.
@@ -46,6 +46,7 @@ import (
 	"nhooyr.io/websocket"
 
 	"github.com/sluicehq/sluice/enforcer/engine"
+	"github.com/sluicehq/sluice/internal/hearing"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/rules/wire"
 )
@@ -63,12 +64,12 @@ const restartSpread = 5 * time.Second
 
 // Timing defaults.
 const (
-	// DefaultPingInterval is within the console's keepalive window
-	// (45 s, backend/hub), which it must stay within: the console pings
-	// a node silent for its window and drops it if the pong does not
-	// come. Each ping costs the console a frame read and a pong written,
-	// so an idle fleet's console CPU is proportional to 1/PingInterval.
-	DefaultPingInterval  = 30 * time.Second
+	// DefaultPingInterval is how long the node waits to hear from the
+	// console before it pings it. The console pings a node silent for
+	// 30 s (backend/hub) on a 5 s tick, so an idle node hears its pings
+	// first and pings nothing itself; a busy node (stats every second)
+	// is never pinged, and pings the console every 40 s.
+	DefaultPingInterval  = 40 * time.Second
 	DefaultMinBackoff    = 100 * time.Millisecond
 	DefaultMaxBackoff    = 10 * time.Second
 	DefaultStatsInterval = time.Second
@@ -103,10 +104,11 @@ type Config struct {
 	// nothing is persisted.
 	StateDir string
 
-	// PingInterval is the keepalive period (DefaultPingInterval when zero):
-	// the node pings the console that often, and the console counts a
-	// node that sends nothing, not even a ping, for longer than its
-	// keepalive window as gone (it pings it, then drops it).
+	// PingInterval is the node's keepalive window (DefaultPingInterval
+	// when zero): it pings a console it heard nothing from (no message,
+	// no ping) for that long, and reconnects when the pong does not come.
+	// With an HTTPClient whose Transport is not an *http.Transport the
+	// node cannot see the console's pings, and pings every PingInterval.
 	PingInterval time.Duration
 	// MinBackoff and MaxBackoff bound the reconnect delay (exponential with
 	// full jitter; defaults DefaultMinBackoff and DefaultMaxBackoff).
@@ -147,6 +149,12 @@ type Subscriber struct {
 	lastContact atomic.Int64 // unix nanoseconds, 0 = never
 	connected   atomic.Bool
 
+	// client dials the console; when hears, its connections touch
+	// lastContact on every read, so the console's pings count.
+	client *http.Client
+	hears  bool
+	pings  atomic.Int64 // keepalive pings sent
+
 	quota *quotaState // quota batches (quota.go)
 }
 
@@ -183,7 +191,15 @@ func New(cfg Config, eng *engine.Engine, log *slog.Logger) (*Subscriber, error) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	now := time.Now()
-	return &Subscriber{cfg: cfg, urls: urls, eng: eng, log: log, started: now, statsAt: now, quota: newQuotaState()}, nil
+	s := &Subscriber{cfg: cfg, urls: urls, eng: eng, log: log, started: now, statsAt: now, quota: newQuotaState()}
+	// Only a session's reads are the console's word (not a refused
+	// handshake's response).
+	s.client, s.hears = hearing.Client(cfg.HTTPClient, func() {
+		if s.connected.Load() {
+			s.touch()
+		}
+	})
+	return s, nil
 }
 
 // streamURL turns the console base URL into the websocket URL of the stream.
@@ -217,8 +233,8 @@ func (s *Subscriber) AppliedVersion() int64 {
 	return s.applied
 }
 
-// LastContact returns when a message or a pong last arrived from the
-// console; the zero time when never.
+// LastContact returns when anything (a message, a ping, a pong) last
+// arrived from the console; the zero time when never.
 func (s *Subscriber) LastContact() time.Time {
 	n := s.lastContact.Load()
 	if n == 0 {
@@ -321,7 +337,7 @@ func (s *Subscriber) backoff(attempt int) time.Duration {
 func (s *Subscriber) session(ctx context.Context, target string) (connected bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	conn, resp, err := websocket.Dial(dctx, target, &websocket.DialOptions{
-		HTTPClient: s.cfg.HTTPClient,
+		HTTPClient: s.client,
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + s.cfg.NodeToken}},
 	})
 	cancel()
@@ -490,10 +506,16 @@ func snapshotVersion(prefix []byte) (int64, bool) {
 	return version, typ == wire.TypeSnapshot && version > 0
 }
 
-// keepalive pings the console every PingInterval; a ping that gets no pong
-// in time closes the connection, which ends the session's read loop.
+// keepalive pings the console when the node heard nothing from it for
+// PingInterval (every PingInterval when it cannot tell: see hears); a
+// ping that gets no pong in time closes the connection, which ends the
+// session's read loop.
 func (s *Subscriber) keepalive(ctx context.Context, conn *websocket.Conn) {
-	t := time.NewTicker(s.cfg.PingInterval)
+	every := s.cfg.PingInterval
+	if s.hears {
+		every = max(every/8, time.Millisecond)
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -501,6 +523,10 @@ func (s *Subscriber) keepalive(ctx context.Context, conn *websocket.Conn) {
 			return
 		case <-t.C:
 		}
+		if s.hears && time.Since(s.LastContact()) < s.cfg.PingInterval {
+			continue
+		}
+		s.pings.Add(1)
 		pctx, cancel := context.WithTimeout(ctx, writeTimeout)
 		err := conn.Ping(pctx)
 		cancel()

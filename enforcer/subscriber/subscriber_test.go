@@ -439,3 +439,32 @@ func TestNewRejectsBadConsoleURL(t *testing.T) {
 		}
 	}
 }
+
+// TestConsolePingsKeepTheNodeQuiet checks that a node that hears the
+// console's keepalive pings sends none of its own, and that it pings a
+// console gone quiet once its window passed.
+func TestConsolePingsKeepTheNodeQuiet(t *testing.T) {
+	t.Parallel()
+	c := newConsole(t)
+	n := startNode(t, c.srv.URL, t.TempDir(), false) // PingInterval 50 ms
+	cc := c.accept()                                 // hello read; the console now pings every 10 ms for 500 ms
+	start := n.sub.Pings()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+		if err := cc.ws.Ping(ctx); err != nil {
+			t.Fatalf("console ping: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := n.sub.Pings() - start; got != 0 {
+		t.Errorf("the node sent %d pings while the console pinged it every 10 ms, want 0", got)
+	}
+	// Quiet console: the node pings once its 50 ms window passed.
+	for n.sub.Pings() == start {
+		if ctx.Err() != nil {
+			t.Fatal("the node never pinged the quiet console")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -2322,8 +2322,9 @@ export interface paths {
          * @description Node role only. Upgrades to a websocket carrying the push protocol (rules/wire): the node
          *     sends `hello` (with its protocol major version), the console answers `snapshot` whenever
          *     the node is behind, the node acks or nacks each one and sends `stats` every second in
-         *     which it decided something; idle, it sends only websocket pings (every 30 s). A node
-         *     silent for 45 s is pinged and dropped when no pong comes within 10 s. The
+         *     which it decided something. The console pings a node silent for 30 s (on a 5 s tick)
+         *     and drops it when no pong comes within 10 s, so an idle node sends only pongs; a node
+         *     pings a console it heard nothing from for 40 s. The
          *     console closes with 4001 for an unsupported protocol version, 4002 when a newer connection
          *     of the same node replaced this one, 4003 when the node token is bound to another node id
          *     (or the node id to another token), 4004 when the token is revoked (disabled, rotated or
