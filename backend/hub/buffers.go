@@ -87,6 +87,10 @@ type frameWriter struct {
 	net.Conn
 	mu     sync.Mutex
 	closed bool // closing was called
+	// since is when the writeFrame in progress began (unix ns), 0 when
+	// none: keepaliveLoop aborts a write that takes too long, so a write
+	// holds no timer of its own.
+	since atomic.Int64
 }
 
 // writeFrame writes one whole frame, unless the connection is closing.
@@ -96,7 +100,9 @@ func (w *frameWriter) writeFrame(frame []byte) error {
 	if w.closed {
 		return net.ErrClosed
 	}
+	w.since.Store(time.Now().UnixNano())
 	_, err := w.Conn.Write(frame)
+	w.since.Store(0)
 	return err
 }
 

@@ -400,16 +400,12 @@ func (h *Hub) write(c *conn) {
 }
 
 // send writes one frame (what, with attributes args, for the logs) to c and drops
-// the node when it fails; a write that takes writeTimeout aborts it. The
-// deadline is a timer, stopped when the write returns: a deadline on the
-// socket would hold the library's own writes to it too.
+// the node when it fails. A write still going on writeTimeout after it
+// began is aborted by keepaliveLoop (a tick late at most): a timer per
+// write would cost every write, and a deadline on the socket would hold
+// the library's own writes to it too.
 func (h *Hub) send(c *conn, frame []byte, what string, args ...any) error {
-	deadline := time.AfterFunc(h.writeTimeout, func() {
-		h.nodeLog(c.node.ID, slog.LevelInfo, what+" timed out; dropping the node", append([]any{"node_id", c.node.ID}, args...)...)
-		c.abort(websocket.StatusTryAgainLater, "write timed out")
-	})
 	err := c.out.writeFrame(frame)
-	deadline.Stop()
 	if err != nil && !c.dropped.Load() {
 		h.nodeLog(c.node.ID, slog.LevelInfo, what+" failed; dropping the node", append([]any{"node_id", c.node.ID, "error", err}, args...)...)
 		c.drop(websocket.StatusTryAgainLater, "write failed")
@@ -421,7 +417,8 @@ func (h *Hub) send(c *conn, frame []byte, what string, args ...any) error {
 // ctx ends: every tick it pings the registered nodes it heard nothing
 // from for pingInterval, and drops those that have not answered a ping
 // within writeTimeout, which the registry then shows disconnected (a node
-// gone silent at most pingInterval + writeTimeout + two ticks earlier).
+// gone silent at most pingInterval + writeTimeout + two ticks earlier),
+// and those with a write (frameWriter) going on for writeTimeout.
 // The pings are the node's proof that the console is there too: an idle
 // enforcer/subscriber pings only a console it heard nothing from for its
 // own, longer window (subscriber.DefaultPingInterval), so in a quiet
@@ -450,6 +447,11 @@ func (h *Hub) keepaliveLoop(ctx context.Context) {
 		quiet = quiet[:0]
 		h.mu.Lock()
 		for _, c := range h.conns {
+			if w := c.out.since.Load(); w != 0 && w <= late {
+				h.nodeLog(c.node.ID, slog.LevelInfo, "write to node timed out; dropping the node", "node_id", c.node.ID)
+				c.abort(websocket.StatusTryAgainLater, "write timed out")
+				continue
+			}
 			heard := c.in.at.Load()
 			if p := c.pinged.Load(); p != 0 {
 				if heard < p { // not answered yet

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -113,5 +114,31 @@ func TestFramesReadByTheLibrary(t *testing.T) {
 	sb.out.closing()
 	if err := sb.out.writeFrame(textFrame([]byte("late"))); err == nil {
 		t.Error("a frame was written after closing")
+	}
+}
+
+// TestFrameWriterShowsAStuckWrite checks that a write the node does not
+// take shows when it began (keepaliveLoop aborts it after writeTimeout),
+// and shows none once closing the socket ended it.
+func TestFrameWriterShowsAStuckWrite(t *testing.T) {
+	t.Parallel()
+	console, node := net.Pipe() // a write waits for its reader
+	defer node.Close()
+	w := &frameWriter{Conn: console}
+	done := make(chan error, 1)
+	start := time.Now().UnixNano()
+	go func() { done <- w.writeFrame(textFrame([]byte("never read"))) }()
+	for w.since.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if since := w.since.Load(); since < start {
+		t.Errorf("the stuck write began at %d, before the call (%d)", since, start)
+	}
+	console.Close() // what abort does
+	if err := <-done; err == nil {
+		t.Error("the aborted write succeeded")
+	}
+	if w.since.Load() != 0 {
+		t.Error("a write still shows in progress after it returned")
 	}
 }
