@@ -427,10 +427,10 @@ func (h *Hub) send(c *conn, frame []byte, what string, args ...any) error {
 // One ticker serves every connection, and a node that reports stats costs
 // it one atomic load a tick and no timer. A tick is a sixth of the window
 // (5 s of 30 s): a scan of 10,000 connections takes a few milliseconds.
-// An idle node is pinged on a tick, so its pings come in bursts, each a
-// sixth or so of the fleet: the console's threads stay awake through a
-// burst instead of waking for every ping, and a ping is one write of a
-// frame built once, its pong one frame read.
+// An idle node is pinged on a tick, so the pings come in bursts (a fleet
+// that acked a publish together is pinged together): the console's
+// threads stay awake through a burst instead of waking for every ping,
+// and a ping is one write of a frame built once, its pong one frame read.
 func (h *Hub) keepaliveLoop(ctx context.Context) {
 	tick := time.NewTicker(keepaliveTick(h.pingInterval))
 	defer tick.Stop()
