@@ -158,6 +158,12 @@ type node struct {
 // startNode runs a subscriber against consoleURL until the test ends.
 func startNode(t *testing.T, consoleURL, stateDir string, load bool) *node {
 	t.Helper()
+	return startNodePinging(t, consoleURL, stateDir, load, 50*time.Millisecond)
+}
+
+// startNodePinging is startNode with the keepalive window ping.
+func startNodePinging(t *testing.T, consoleURL, stateDir string, load bool, ping time.Duration) *node {
+	t.Helper()
 	eng := engine.New(nil, "") // these tests never check; no store needed
 	sub, err := subscriber.New(subscriber.Config{
 		ConsoleURL:   consoleURL,
@@ -166,7 +172,7 @@ func startNode(t *testing.T, consoleURL, stateDir string, load bool) *node {
 		Labels:       map[string]string{"zone": "a"},
 		Build:        "test",
 		StateDir:     stateDir,
-		PingInterval: 50 * time.Millisecond,
+		PingInterval: ping,
 		MinBackoff:   10 * time.Millisecond,
 		MaxBackoff:   50 * time.Millisecond,
 	}, eng, nil)
@@ -446,12 +452,14 @@ func TestNewRejectsBadConsoleURL(t *testing.T) {
 func TestConsolePingsKeepTheNodeQuiet(t *testing.T) {
 	t.Parallel()
 	c := newConsole(t)
-	n := startNode(t, c.srv.URL, t.TempDir(), false) // PingInterval 50 ms
-	cc := c.accept()                                 // hello read; the console now pings every 10 ms for 500 ms
+	// A window of 500 ms: on a loaded machine a 10 ms sleep of the
+	// console's can take far longer than 10 ms.
+	n := startNodePinging(t, c.srv.URL, t.TempDir(), false, 500*time.Millisecond)
+	cc := c.accept() // hello read; the console now pings every 10 ms for 1.5 s
 	start := n.sub.Pings()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
 		if err := cc.ws.Ping(ctx); err != nil {
 			t.Fatalf("console ping: %v", err)
 		}
@@ -460,7 +468,7 @@ func TestConsolePingsKeepTheNodeQuiet(t *testing.T) {
 	if got := n.sub.Pings() - start; got != 0 {
 		t.Errorf("the node sent %d pings while the console pinged it every 10 ms, want 0", got)
 	}
-	// Quiet console: the node pings once its 50 ms window passed.
+	// Quiet console: the node pings once its window passed.
 	for n.sub.Pings() == start {
 		if ctx.Err() != nil {
 			t.Fatal("the node never pinged the quiet console")
