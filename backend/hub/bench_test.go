@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,8 +231,7 @@ const fleetPingInterval = subscriber.DefaultPingInterval
 // connection last read anything (the console's pings included).
 func dialHearing(ctx context.Context, baseURL, token string, heard *atomic.Int64) (*websocket.Conn, error) {
 	client, _ := hearing.Client(nil, func() { heard.Store(time.Now().UnixNano()) })
-	ws, _, err := websocket.Dial(ctx, strings.Replace(baseURL, "http://", "ws://", 1)+"/api/v1/nodes/stream",
-		&websocket.DialOptions{HTTPClient: client, HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	ws, _, err := dialWSWith(ctx, baseURL, token, client)
 	return ws, err
 }
 

@@ -344,8 +344,13 @@ type node struct {
 }
 
 func dialWS(ctx context.Context, baseURL, token string) (*websocket.Conn, *http.Response, error) {
+	return dialWSWith(ctx, baseURL, token, nil)
+}
+
+// dialWSWith is dialWS through client (nil: http.DefaultClient).
+func dialWSWith(ctx context.Context, baseURL, token string, client *http.Client) (*websocket.Conn, *http.Response, error) {
 	return websocket.Dial(ctx, strings.Replace(baseURL, "http://", "ws://", 1)+"/api/v1/nodes/stream",
-		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+		&websocket.DialOptions{HTTPClient: client, HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
 }
 
 // connect dials the console as a node and sends hello.
